@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Debian packages pttrace needs on a fresh bookworm machine: the QEMU build
+# dependencies, the system emulator's firmware, cmake + libclang for the libipt
+# crate (bindgen), and a C toolchain for the guest test corpus.
+set -euo pipefail
+pkgs=(build-essential pkg-config ninja-build libglib2.0-dev libpixman-1-dev libslirp-dev libfdt-dev
+      device-tree-compiler flex bison python3-venv dpkg-dev cmake libclang-dev clang
+      seabios qemu-system-data nasm)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "install-deps: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
