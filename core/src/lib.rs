@@ -1,1 +1,5 @@
+//! pttrace-core: a pure model of Intel's branch-trace hardware (no QEMU dependency).
+pub mod insn_class;
 pub mod pt;
+pub mod user_flow;
+pub mod options;

@@ -1,6 +1,11 @@
 //! Intel Processor Trace (SDM Vol. 3C chapter 33 in recent editions).
-pub mod packet;
-pub mod encode;
 pub mod decode;
-pub mod last_ip;
 pub mod dump;
+pub mod encode;
+pub mod filter;
+pub mod last_ip;
+pub mod packet;
+pub mod ret_stack;
+pub mod rtit_ctl;
+pub mod tnt;
+pub mod tracer;

@@ -1,0 +1,36 @@
+# pttrace — see README.md. `make demo` and `make test` do all set-up on a fresh Debian machine.
+SHELL := /bin/bash
+CARGO ?= cargo
+RELEASE := target/release
+PLUGIN := $(RELEASE)/libpttrace.so
+TOOL := $(RELEASE)/pttrace
+
+.PHONY: all deps qemu print-qemu demo test test-unit test-corpus clean
+
+all: deps
+	$(CARGO) build --release -p pttrace-plugin -p pttrace
+
+deps:
+	@bash scripts/install-deps.sh
+
+# Builds QEMU >= 10.2 if needed (cached outside the clone) and prints the directory holding
+# qemu-x86_64 and qemu-system-x86_64.
+print-qemu: deps
+	@bash scripts/qemu.sh
+
+qemu: deps
+	@bash scripts/qemu.sh >/dev/null
+
+demo: all qemu
+	@bash scripts/demo.sh
+
+test-unit: all
+	$(CARGO) test --release --workspace --exclude pttrace-plugin
+
+test-corpus: all qemu
+	@bash tests/run-corpus.sh
+
+test: test-unit test-corpus
+
+clean:
+	$(CARGO) clean

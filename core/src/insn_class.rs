@@ -1,0 +1,169 @@
+//! Control-flow classes of x86 instructions as Intel PT sees them
+//! (SDM Vol. 3C §33.2.1 "Change of Flow Instruction (COFI) Tracing", Table 33-1).
+//!
+//! Classification is done once per instruction at translation time with iced-x86's decoder,
+//! so the execution-time hot path only looks at a precomputed `BranchKind`.
+
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+
+/// Far transfers (§33.2.1.3) by instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FarKind {
+    Syscall,
+    Sysret,
+    Sysenter,
+    Sysexit,
+    Iret,
+    FarJmp,
+    FarCall,
+    FarRet,
+}
+
+/// The COFI class of one instruction, with its direct target where it has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BranchKind {
+    /// Not a change of flow: execution continues at the next instruction.
+    None,
+    /// Conditional branch (Jcc, J*CXZ, LOOP*): one TNT bit.
+    Conditional { target: u64 },
+    /// Unconditional direct JMP: no packet.
+    DirectJump { target: u64 },
+    /// Direct near CALL: no packet; pushes NLIP on the RET-compression stack unless the
+    /// displacement is 0 (`call next; pop` idiom).
+    DirectCall { target: u64 },
+    /// Indirect near JMP: TIP(target).
+    IndirectJump,
+    /// Indirect near CALL: TIP(target), pushes NLIP.
+    IndirectCall,
+    /// Near RET: compressed to a TNT '1' or TIP(target).
+    Return,
+    /// Far transfer: TIP(target) (no FUP in Intel PT).
+    Far(FarKind),
+    /// INT n / INT3 / INTO / INT1: FUP(the instruction), then TIP(handler).
+    SoftwareInterrupt,
+    /// Instructions that always fault (UD2, UD0/UD1): execution does not continue after them.
+    AlwaysFaults,
+}
+
+impl BranchKind {
+    /// True for instructions that may change the IP to something other than the next instruction.
+    pub fn is_cofi(self) -> bool {
+        !matches!(self, BranchKind::None)
+    }
+}
+
+/// A decoded instruction with the facts the tracer needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassifiedInsn {
+    pub ip: u64,
+    pub len: u8,
+    pub kind: BranchKind,
+    /// A REP/REPNE-prefixed string instruction: it may execute as several iterations but
+    /// retires once.
+    pub rep_string: bool,
+}
+
+impl ClassifiedInsn {
+    /// Next linear instruction pointer (NLIP).
+    pub fn nlip(&self) -> u64 {
+        self.ip.wrapping_add(u64::from(self.len))
+    }
+}
+
+/// Classify the instruction at `ip` whose bytes start `bytes` (64-bit mode unless `bitness` says
+/// otherwise). Returns None if the bytes do not decode to a valid instruction.
+pub fn classify(bytes: &[u8], ip: u64, bitness: u32) -> Option<ClassifiedInsn> {
+    let mut dec = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE);
+    let insn = dec.decode();
+    if insn.is_invalid() {
+        return None;
+    }
+    let rep_string = (insn.has_rep_prefix() || insn.has_repne_prefix()) && insn.is_string_instruction();
+    Some(ClassifiedInsn { ip, len: insn.len() as u8, kind: kind_of(&insn), rep_string })
+}
+
+fn kind_of(insn: &Instruction) -> BranchKind {
+    match insn.mnemonic() {
+        Mnemonic::Syscall => return BranchKind::Far(FarKind::Syscall),
+        Mnemonic::Sysret | Mnemonic::Sysretq => return BranchKind::Far(FarKind::Sysret),
+        Mnemonic::Sysenter => return BranchKind::Far(FarKind::Sysenter),
+        Mnemonic::Sysexit | Mnemonic::Sysexitq => return BranchKind::Far(FarKind::Sysexit),
+        Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => return BranchKind::Far(FarKind::Iret),
+        Mnemonic::Retf => return BranchKind::Far(FarKind::FarRet),
+        Mnemonic::Int | Mnemonic::Int3 | Mnemonic::Into | Mnemonic::Int1 => {
+            return BranchKind::SoftwareInterrupt
+        }
+        Mnemonic::Ud2 | Mnemonic::Ud0 | Mnemonic::Ud1 => return BranchKind::AlwaysFaults,
+        _ => {}
+    }
+    if insn.is_jmp_far() || insn.is_jmp_far_indirect() {
+        return BranchKind::Far(FarKind::FarJmp);
+    }
+    if insn.is_call_far() || insn.is_call_far_indirect() {
+        return BranchKind::Far(FarKind::FarCall);
+    }
+    match insn.flow_control() {
+        FlowControl::Next | FlowControl::XbeginXabortXend => BranchKind::None,
+        FlowControl::ConditionalBranch => BranchKind::Conditional { target: insn.near_branch_target() },
+        FlowControl::UnconditionalBranch => BranchKind::DirectJump { target: insn.near_branch_target() },
+        FlowControl::Call => BranchKind::DirectCall { target: insn.near_branch_target() },
+        FlowControl::IndirectBranch => BranchKind::IndirectJump,
+        FlowControl::IndirectCall => BranchKind::IndirectCall,
+        FlowControl::Return => BranchKind::Return,
+        FlowControl::Interrupt => BranchKind::SoftwareInterrupt,
+        FlowControl::Exception => {
+            // Code::Ud2 etc. handled above; anything else iced calls an exception (e.g. BOUND in
+            // 32-bit code) may continue normally.
+            if insn.code() == Code::INVALID {
+                BranchKind::AlwaysFaults
+            } else {
+                BranchKind::None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(bytes: &[u8]) -> BranchKind {
+        classify(bytes, 0x401000, 64).unwrap().kind
+    }
+
+    #[test]
+    fn near_branches_are_classified_with_their_targets() {
+        assert_eq!(k(&[0x75, 0x10]), BranchKind::Conditional { target: 0x401012 }); // jne +0x10
+        assert_eq!(k(&[0xE3, 0xFE]), BranchKind::Conditional { target: 0x401000 }); // jrcxz self
+        assert_eq!(k(&[0xE2, 0xFE]), BranchKind::Conditional { target: 0x401000 }); // loop self
+        assert_eq!(k(&[0xEB, 0x00]), BranchKind::DirectJump { target: 0x401002 });
+        assert_eq!(k(&[0xE8, 0, 0, 0, 0]), BranchKind::DirectCall { target: 0x401005 });
+        assert_eq!(k(&[0xFF, 0xE0]), BranchKind::IndirectJump); // jmp rax
+        assert_eq!(k(&[0xFF, 0x24, 0xC5, 0, 0x20, 0x40, 0]), BranchKind::IndirectJump); // jmp [rax*8+0x402000]
+        assert_eq!(k(&[0xFF, 0xD0]), BranchKind::IndirectCall); // call rax
+        assert_eq!(k(&[0xC3]), BranchKind::Return);
+        assert_eq!(k(&[0xC2, 0x08, 0x00]), BranchKind::Return); // ret 8
+    }
+
+    #[test]
+    fn far_transfers_and_interrupts_are_not_near_branches() {
+        assert_eq!(k(&[0x0F, 0x05]), BranchKind::Far(FarKind::Syscall));
+        assert_eq!(k(&[0x48, 0x0F, 0x07]), BranchKind::Far(FarKind::Sysret));
+        assert_eq!(k(&[0x48, 0xCF]), BranchKind::Far(FarKind::Iret));
+        assert_eq!(k(&[0xCB]), BranchKind::Far(FarKind::FarRet));
+        assert_eq!(k(&[0xFF, 0x18]), BranchKind::Far(FarKind::FarCall)); // call far [rax]
+        assert_eq!(k(&[0xCD, 0x80]), BranchKind::SoftwareInterrupt);
+        assert_eq!(k(&[0xCC]), BranchKind::SoftwareInterrupt);
+        assert_eq!(k(&[0x0F, 0x0B]), BranchKind::AlwaysFaults);
+    }
+
+    #[test]
+    fn ordinary_instructions_are_not_cofi() {
+        assert_eq!(k(&[0x48, 0x89, 0xD8]), BranchKind::None); // mov rax, rbx
+        assert_eq!(k(&[0x48, 0x0F, 0x44, 0xC3]), BranchKind::None); // cmove rax, rbx
+        assert_eq!(classify(&[0x0F, 0xA2], 0, 64).unwrap().len, 2); // cpuid
+        assert!(classify(&[0x0F], 0, 64).is_none());
+        assert!(classify(&[0xF3, 0xA4], 0, 64).unwrap().rep_string); // rep movsb
+        assert!(!classify(&[0xA4], 0, 64).unwrap().rep_string); // movsb
+    }
+}

@@ -1,0 +1,211 @@
+//! Plugin options, named after perf's intel_pt config terms where one applies
+//! (tools/perf/Documentation/perf-intel-pt.txt): `branch`, `noretcomp`, `psb_period`, `tsc`,
+//! `mtc`, `mtc_period`, `cyc`, `cyc_thresh`, plus `out`, `filter`, `stop` and `truth`.
+//!
+//! Every option is checked against what the capability profile supports; a bad value is an
+//! error naming the option and the accepted values, never a panic.
+
+use crate::pt::rtit_ctl::{AddrCfg, AddrRange, RtitCtl};
+use crate::pt::tracer::TraceConfig;
+use std::path::PathBuf;
+
+/// PSBFreq encodings the default (Skylake-class) profile accepts: CPUID.(14H,1):EBX[31:16] = 0x003F.
+const PSB_FREQ_BITMAP: u16 = 0x003F;
+/// Address ranges the default profile implements: CPUID.(14H,1):EAX[2:0] = 2.
+const NUM_ADDR_RANGES: usize = 2;
+
+pub const USAGE: &str = "pttrace options (comma separated, key=value):
+  out=DIR           output directory (created if missing; default ./pttrace-out)
+  branch=0|1        COFI packets, IA32_RTIT_CTL.BranchEn (default 1)
+  noretcomp=0|1     disable RET compression, IA32_RTIT_CTL.DisRETC (default 0)
+  psb_period=N      PSB every 2K<<N bytes, N in 0..=5 (default 0)
+  tsc=0|1           TSC packets in PSB+, IA32_RTIT_CTL.TSCEn (default 1)
+  mtc, mtc_period, cyc, cyc_thresh   timing packets: not implemented yet (must be 0 if given)
+  filter=A-B        trace only IPs in [A,B] (hex, inclusive); up to 2 filter/stop ranges
+  stop=A-B          TraceStop range [A,B]
+  truth=0|1         also log every executed instruction (ground truth for tests)";
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub out: PathBuf,
+    pub config: TraceConfig,
+    pub truth: bool,
+    /// The arguments as given (recorded in meta.txt).
+    pub raw: Vec<String>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct OptionError(pub String);
+
+impl std::fmt::Display for OptionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+fn err<T>(msg: String) -> Result<T, OptionError> {
+    Err(OptionError(msg))
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool, OptionError> {
+    match v {
+        "1" | "on" | "yes" | "true" => Ok(true),
+        "0" | "off" | "no" | "false" => Ok(false),
+        _ => err(format!("option '{key}': '{v}' is not a boolean (use 0 or 1)")),
+    }
+}
+
+fn parse_u64(key: &str, v: &str) -> Result<u64, OptionError> {
+    let r = if let Some(h) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16)
+    } else {
+        v.parse::<u64>()
+    };
+    r.map_err(|_| OptionError(format!("option '{key}': '{v}' is not a number")))
+}
+
+fn parse_addr(key: &str, v: &str) -> Result<u64, OptionError> {
+    let h = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")).unwrap_or(v);
+    u64::from_str_radix(h, 16).map_err(|_| OptionError(format!("option '{key}': '{v}' is not a hex address")))
+}
+
+/// `A-B` (inclusive) or `A/SIZE` as perf's --filter writes it.
+fn parse_range(key: &str, v: &str) -> Result<AddrRange, OptionError> {
+    let range = if let Some((a, b)) = v.split_once('-') {
+        AddrRange { a: parse_addr(key, a)?, b: parse_addr(key, b)? }
+    } else if let Some((a, size)) = v.split_once('/') {
+        let a = parse_addr(key, a)?;
+        let size = parse_u64(key, size)?;
+        if size == 0 {
+            return err(format!("option '{key}': size must not be 0"));
+        }
+        AddrRange { a, b: a.saturating_add(size - 1) }
+    } else {
+        return err(format!("option '{key}': '{v}' must be START-END or START/SIZE (hex addresses)"));
+    };
+    if range.a > range.b {
+        return err(format!("option '{key}': range start {:#x} is above its end {:#x}", range.a, range.b));
+    }
+    // IA32_RTIT_ADDRn_A/B hold canonical linear addresses (a WRMSR with a non-canonical one #GPs).
+    for x in [range.a, range.b] {
+        if (((x << 16) as i64) >> 16) as u64 != x {
+            return err(format!("option '{key}': {x:#x} is not a canonical address"));
+        }
+    }
+    Ok(range)
+}
+
+impl Options {
+    /// Parse `key=value` arguments as QEMU passes them to the plugin.
+    pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Options, OptionError> {
+        let mut ctl = RtitCtl::default();
+        ctl.set_user(true).set_branch_en(true).set_tsc_en(true);
+        let mut config = TraceConfig { num_ranges: NUM_ADDR_RANGES, ..TraceConfig::default() };
+        let mut out = PathBuf::from("pttrace-out");
+        let mut truth = false;
+        let mut ranges = 0usize;
+        let mut raw = Vec::new();
+        for arg in args {
+            raw.push(arg.to_string());
+            let Some((key, v)) = arg.split_once('=') else {
+                return err(format!("option '{arg}' has no value (expected key=value)\n{USAGE}"));
+            };
+            match key {
+                "out" => {
+                    if v.is_empty() {
+                        return err("option 'out': empty directory name".into());
+                    }
+                    out = PathBuf::from(v);
+                }
+                "branch" => {
+                    ctl.set_branch_en(parse_bool(key, v)?);
+                }
+                "noretcomp" => {
+                    ctl.set_dis_retc(parse_bool(key, v)?);
+                }
+                "tsc" => {
+                    ctl.set_tsc_en(parse_bool(key, v)?);
+                }
+                "psb_period" => {
+                    let n = parse_u64(key, v)?;
+                    if n > 15 || PSB_FREQ_BITMAP & (1 << n) == 0 {
+                        return err(format!(
+                            "option 'psb_period': {n} is not supported (accepted: 0..=5, CPUID.(14H,1):EBX[31:16] = {PSB_FREQ_BITMAP:#06x})"
+                        ));
+                    }
+                    ctl.set_psb_freq(n as u8);
+                }
+                "mtc" | "cyc" => {
+                    if parse_bool(key, v)? {
+                        return err(format!("option '{key}': MTC/CYC timing packets are not implemented yet; use {key}=0"));
+                    }
+                }
+                "mtc_period" | "cyc_thresh" => {
+                    parse_u64(key, v)?;
+                }
+                "filter" | "stop" => {
+                    if ranges == NUM_ADDR_RANGES {
+                        return err(format!(
+                            "option '{key}': at most {NUM_ADDR_RANGES} filter/stop ranges (CPUID.(14H,1):EAX[2:0])"
+                        ));
+                    }
+                    config.addr[ranges] = parse_range(key, v)?;
+                    ctl.set_addr_cfg(ranges, if key == "filter" { AddrCfg::Filter } else { AddrCfg::TraceStop });
+                    ranges += 1;
+                }
+                "truth" => truth = parse_bool(key, v)?,
+                _ => return err(format!("unknown option '{key}'\n{USAGE}")),
+            }
+        }
+        config.ctl = ctl;
+        Ok(Options { out, config, truth, raw })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_alone_gives_perf_default_user_branch_tracing() {
+        let o = Options::parse(["out=/tmp/x"]).unwrap();
+        assert_eq!(o.out, PathBuf::from("/tmp/x"));
+        let c = o.config.ctl;
+        assert!(c.user() && !c.os() && c.branch_en() && c.tsc_en() && !c.dis_retc());
+        assert_eq!(c.psb_freq(), 0);
+        assert!(!o.truth);
+    }
+
+    #[test]
+    fn perf_terms_set_their_ctl_fields() {
+        let o = Options::parse(["noretcomp=1", "psb_period=3", "tsc=0", "branch=0", "truth=1"]).unwrap();
+        let c = o.config.ctl;
+        assert!(c.dis_retc() && !c.tsc_en() && !c.branch_en());
+        assert_eq!(c.psb_freq(), 3);
+        assert!(o.truth);
+    }
+
+    #[test]
+    fn filter_and_stop_ranges_fill_addr_pairs_in_order() {
+        let o = Options::parse(["filter=0x401000-0x401fff", "stop=402000/0x10"]).unwrap();
+        assert_eq!(o.config.ctl.addr_cfg(0), AddrCfg::Filter);
+        assert_eq!(o.config.ctl.addr_cfg(1), AddrCfg::TraceStop);
+        assert_eq!(o.config.addr[0], AddrRange { a: 0x401000, b: 0x401fff });
+        assert_eq!(o.config.addr[1], AddrRange { a: 0x402000, b: 0x40200f });
+    }
+
+    #[test]
+    fn bad_options_name_the_option_and_accepted_values() {
+        let e = |a: &str| Options::parse([a]).unwrap_err().0;
+        assert!(e("bogus=1").contains("unknown option 'bogus'"));
+        assert!(e("psb_period=6").contains("accepted: 0..=5"));
+        assert!(e("psb_period=x").contains("not a number"));
+        assert!(e("branch=maybe").contains("not a boolean"));
+        assert!(e("out").contains("no value"));
+        assert!(e("filter=0x2000-0x1000").contains("above its end"));
+        assert!(e("filter=0x0000800000000000-0x0000800000000001").contains("canonical"));
+        assert!(e("mtc=1").contains("not implemented"));
+        let three = Options::parse(["filter=1-2", "filter=3-4", "stop=5-6"]).unwrap_err().0;
+        assert!(three.contains("at most 2"));
+    }
+}

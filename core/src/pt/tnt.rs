@@ -1,0 +1,72 @@
+//! TNT accumulation (SDM Vol. 3C §33.4.2.1 "Taken/Not-taken (TNT) Packet").
+//!
+//! Conditional-branch results and compressed RETs are collected into short TNT packets of up to
+//! six bits. Pending bits are flushed before any packet that carries an IP or changes decoder
+//! state (FUP, TIP*, PIP, MODE, PSB, OVF) so that the decoder sees results in retirement order.
+
+/// Maximum number of results in a short TNT packet.
+pub const SHORT_TNT_BITS: u8 = 6;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TntBuffer {
+    bits: u8,
+    count: u8,
+}
+
+impl TntBuffer {
+    /// Add one result (true = taken). Returns a full packet's (bits, count) when six are held.
+    pub fn push(&mut self, taken: bool) -> Option<(u8, u8)> {
+        self.bits = (self.bits << 1) | u8::from(taken);
+        self.count += 1;
+        if self.count == SHORT_TNT_BITS {
+            self.take()
+        } else {
+            None
+        }
+    }
+
+    /// Take the pending results, oldest in the highest bit, if any.
+    pub fn take(&mut self) -> Option<(u8, u8)> {
+        if self.count == 0 {
+            return None;
+        }
+        let r = (self.bits, self.count);
+        self.bits = 0;
+        self.count = 0;
+        Some(r)
+    }
+
+    pub fn pending(&self) -> u8 {
+        self.count
+    }
+
+    /// Drop pending results (used when an overflow discards them).
+    pub fn clear(&mut self) {
+        self.bits = 0;
+        self.count = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sixth_result_completes_a_packet_oldest_bit_highest() {
+        let mut t = TntBuffer::default();
+        for b in [true, false, false, false, false] {
+            assert_eq!(t.push(b), None);
+        }
+        assert_eq!(t.push(true), Some((0b100001, 6)));
+        assert_eq!(t.take(), None);
+    }
+
+    #[test]
+    fn partial_packet_is_taken_on_flush() {
+        let mut t = TntBuffer::default();
+        t.push(true);
+        t.push(false);
+        assert_eq!(t.pending(), 2);
+        assert_eq!(t.take(), Some((0b10, 2)));
+    }
+}

@@ -1,0 +1,555 @@
+//! The Intel PT packet generator of one logical processor: enable logic, COFI packets,
+//! RET compression, TNT, IP compression and PSB insertion, driven by retirement events.
+//!
+//! SDM Vol. 3C references: §33.2.1 (COFI tracing, Table 33-1), §33.2.6 (PacketEn = TriggerEn &
+//! ContextEn & FilterEn & BranchEn), §33.4.2 (packets), Table 33-23 (FUP IPs for asynchronous
+//! events), Table 33-50 (packets per event under the enable conditions).
+//!
+//! The model is event driven: the caller reports what retired (a branch with its outcome, a far
+//! transfer with the new context, an asynchronous event) and the tracer appends exactly the
+//! packets hardware would produce to its output buffer. It has no knowledge of QEMU.
+
+use super::encode::encode;
+use super::filter::{context_en, ip_filter, IpFilterResult};
+use super::last_ip::LastIp;
+use super::packet::{ExecMode, IpPayload, Packet};
+use super::ret_stack::RetStack;
+use super::rtit_ctl::{AddrRange, RtitCtl};
+use super::tnt::TntBuffer;
+use crate::insn_class::{BranchKind, FarKind};
+
+/// The processor context that ContextEn and MODE.Exec depend on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Context {
+    /// Current privilege level (0..=3).
+    pub cpl: u8,
+    /// CR3 (only the address bits matter for the CR3 filter and PIP).
+    pub cr3: u64,
+    pub mode: ExecMode,
+}
+
+impl Context {
+    pub const USER64: Context = Context { cpl: 3, cr3: 0, mode: ExecMode::Bit64 };
+    pub const KERNEL64: Context = Context { cpl: 0, cr3: 0, mode: ExecMode::Bit64 };
+}
+
+/// Everything the guest (or the plugin's options) configured: IA32_RTIT_CTL, CR3_MATCH and the
+/// ADDRn ranges, plus the core:bus ratio reported in CBR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceConfig {
+    pub ctl: RtitCtl,
+    pub cr3_match: u64,
+    pub addr: [AddrRange; 4],
+    /// Number of ADDRn pairs the capability profile implements (CPUID.(14H,1):EAX[2:0]).
+    pub num_ranges: usize,
+    /// Core:bus ratio reported in CBR packets.
+    pub cbr: u8,
+}
+
+impl Default for TraceConfig {
+    fn default() -> Self {
+        TraceConfig { ctl: RtitCtl::default(), cr3_match: 0, addr: [AddrRange::default(); 4], num_ranges: 2, cbr: 24 }
+    }
+}
+
+/// Why an asynchronous transfer happened; decides the FUP IP (SDM Table 33-23).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncKind {
+    /// External interrupt, NMI, trap-class exception: FUP = the next instruction that would
+    /// have executed (the IP pushed on the stack).
+    Interrupt { resume_ip: u64 },
+    /// Fault-class exception: FUP = the faulting instruction.
+    Fault { ip: u64 },
+    /// INT n / INT3 / INTO / INT1: FUP = the software-interrupt instruction itself.
+    SoftwareInterrupt { ip: u64 },
+}
+
+impl AsyncKind {
+    fn fup_ip(self) -> u64 {
+        match self {
+            AsyncKind::Interrupt { resume_ip } => resume_ip,
+            AsyncKind::Fault { ip } | AsyncKind::SoftwareInterrupt { ip } => ip,
+        }
+    }
+}
+
+/// Counters for reports and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TracerStats {
+    pub packets: u64,
+    pub bytes: u64,
+    pub psbs: u64,
+    pub tnt_bits: u64,
+    pub compressed_rets: u64,
+    pub tips: u64,
+}
+
+pub struct Tracer {
+    cfg: TraceConfig,
+    ctx: Context,
+    /// IA32_RTIT_STATUS.Stopped: a TraceStop range was hit.
+    stopped: bool,
+    /// FilterEn as last evaluated (at the most recent IP the tracer saw).
+    filter_en: bool,
+    /// PacketEn as last evaluated.
+    packet_en: bool,
+    last_ip: LastIp,
+    tnt: TntBuffer,
+    ret: RetStack,
+    /// The mode last reported by MODE.Exec since the last PSB, if any.
+    mode_sent: Option<ExecMode>,
+    /// Bytes since the last PSB (PacketByteCnt modulo the PSB period).
+    psb_bytes: u64,
+    /// Time stamp counter value supplied by the caller, used by TSC packets.
+    tsc: u64,
+    out: Vec<u8>,
+    /// When set, every packet is also recorded as a value (tests, golden streams).
+    log: Option<Vec<Packet>>,
+    stats: TracerStats,
+}
+
+impl Tracer {
+    /// A tracer in context `ctx`. Tracing starts only with `enable`, whatever ctl.TraceEn says.
+    pub fn new(mut cfg: TraceConfig, ctx: Context) -> Self {
+        cfg.ctl.set_trace_en(false);
+        Tracer {
+            cfg,
+            ctx,
+            stopped: false,
+            filter_en: true,
+            packet_en: false,
+            last_ip: LastIp::default(),
+            tnt: TntBuffer::default(),
+            ret: RetStack::default(),
+            mode_sent: None,
+            psb_bytes: 0,
+            tsc: 0,
+            out: Vec::with_capacity(64 * 1024),
+            log: None,
+            stats: TracerStats::default(),
+        }
+    }
+
+    /// Record every packet as a value as well (for tests and golden streams).
+    pub fn with_packet_log(mut self) -> Self {
+        self.log = Some(Vec::new());
+        self
+    }
+
+    pub fn config(&self) -> &TraceConfig {
+        &self.cfg
+    }
+
+    pub fn context(&self) -> Context {
+        self.ctx
+    }
+
+    pub fn packet_en(&self) -> bool {
+        self.packet_en
+    }
+
+    pub fn trace_en(&self) -> bool {
+        self.cfg.ctl.trace_en()
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    pub fn stats(&self) -> TracerStats {
+        self.stats
+    }
+
+    pub fn set_tsc(&mut self, tsc: u64) {
+        self.tsc = tsc;
+    }
+
+    /// The packets generated so far and not yet taken (pending TNT bits are not included).
+    pub fn output(&self) -> &[u8] {
+        &self.out
+    }
+
+    /// Move the generated bytes out, leaving an empty buffer.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::replace(&mut self.out, Vec::with_capacity(64 * 1024))
+    }
+
+    /// Drain the recorded packets (only with `with_packet_log`).
+    pub fn take_packet_log(&mut self) -> Vec<Packet> {
+        self.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    // ---- enable logic (§33.2.6) ----
+
+    /// TriggerEn = TraceEn & !Stopped (no PTTT/trigger inputs are modelled).
+    fn trigger_en(&self) -> bool {
+        self.cfg.ctl.trace_en() && !self.stopped
+    }
+
+    fn compute_packet_en(&self) -> bool {
+        self.trigger_en() && context_en(&self.cfg, &self.ctx) && self.filter_en && self.cfg.ctl.branch_en()
+    }
+
+    /// Evaluate the IP filter at `ip`; returns true if a TraceStop range was entered.
+    fn eval_ip(&mut self, ip: u64) -> bool {
+        match ip_filter(&self.cfg, ip) {
+            IpFilterResult { filter_en, trace_stop } => {
+                self.filter_en = filter_en;
+                trace_stop
+            }
+        }
+    }
+
+    // ---- packet emission ----
+
+    fn emit(&mut self, p: Packet) {
+        if !matches!(p, Packet::Tnt { .. }) {
+            self.flush_tnt();
+        }
+        self.emit_raw(p);
+    }
+
+    fn emit_raw(&mut self, p: Packet) {
+        let before = self.out.len();
+        encode(&p, &mut self.out);
+        let n = (self.out.len() - before) as u64;
+        self.stats.packets += 1;
+        self.stats.bytes += n;
+        self.psb_bytes += n;
+        if let Some(log) = self.log.as_mut() {
+            log.push(p);
+        }
+    }
+
+    fn emit_ip(&mut self, make: fn(IpPayload) -> Packet, ip: Option<u64>) {
+        self.flush_tnt();
+        let payload = match ip {
+            Some(ip) => self.last_ip.compress(ip),
+            None => IpPayload::SUPPRESSED,
+        };
+        self.emit_raw(make(payload));
+    }
+
+    fn tnt_bit(&mut self, taken: bool) {
+        self.stats.tnt_bits += 1;
+        if let Some((bits, count)) = self.tnt.push(taken) {
+            self.emit_raw(Packet::Tnt { bits, count });
+        }
+    }
+
+    /// Write out pending TNT bits (before any other packet, and when tracing stops).
+    pub fn flush_tnt(&mut self) {
+        if let Some((bits, count)) = self.tnt.take() {
+            self.emit_raw(Packet::Tnt { bits, count });
+        }
+    }
+
+    fn mode_exec_if_needed(&mut self) {
+        if self.mode_sent != Some(self.ctx.mode) {
+            self.emit(Packet::ModeExec { mode: self.ctx.mode, if_flag: false });
+            self.mode_sent = Some(self.ctx.mode);
+        }
+    }
+
+    fn pip(&mut self) {
+        self.emit(Packet::Pip { cr3: self.ctx.cr3, nr: false });
+    }
+
+    /// PSB+ (§33.4.2.17 and Table 33-50 "PSB+"): PSB, TSC, PIP, CBR, and when PacketEn the
+    /// MODE.Exec and FUP of the current IP, then PSBEND. Resets last-IP and the RET stack.
+    fn psb_plus(&mut self, ip: Option<u64>) {
+        self.flush_tnt();
+        self.emit_raw(Packet::Psb);
+        self.stats.psbs += 1;
+        self.last_ip.reset();
+        self.ret.clear();
+        self.mode_sent = None;
+        if self.cfg.ctl.tsc_en() {
+            self.emit_raw(Packet::Tsc { tsc: self.tsc & ((1 << 56) - 1) });
+        }
+        if self.cfg.ctl.os() && context_en(&self.cfg, &self.ctx) {
+            self.pip();
+        }
+        self.emit_raw(Packet::Cbr { ratio: self.cfg.cbr });
+        if self.packet_en {
+            if let Some(ip) = ip {
+                self.emit_raw(Packet::ModeExec { mode: self.ctx.mode, if_flag: false });
+                self.mode_sent = Some(self.ctx.mode);
+                let payload = self.last_ip.compress(ip);
+                self.emit_raw(Packet::Fup(payload));
+            }
+        }
+        self.emit_raw(Packet::PsbEnd);
+        // PacketByteCnt counts from the PSB on: the PSB+ bytes belong to the new period.
+        self.psb_bytes = 0;
+    }
+
+    /// Insert PSB+ if the byte count crossed the PSBFreq period; `ip` is the next instruction.
+    fn maybe_psb(&mut self, ip: u64) {
+        if self.trigger_en() && self.psb_bytes >= self.cfg.ctl.psb_period_bytes() {
+            self.psb_plus(Some(ip));
+        }
+    }
+
+    /// PacketEn 0 -> 1 at `ip`: MODE.Exec (if not yet sent or changed), TIP.PGE(ip).
+    fn pge(&mut self, ip: u64) {
+        self.mode_exec_if_needed();
+        self.emit_ip(Packet::TipPge, Some(ip));
+    }
+
+    /// TraceStop range reached: TIP.PGD (if tracing), TraceStop; Stopped = 1.
+    fn trace_stop(&mut self, was_enabled: bool, pgd_ip: Option<u64>) {
+        if was_enabled {
+            self.emit_ip(Packet::TipPgd, pgd_ip);
+        }
+        self.emit(Packet::TraceStop);
+        self.stopped = true;
+        self.packet_en = false;
+    }
+
+    // ---- events ----
+
+    /// TraceEn 0 -> 1 (WRMSR to IA32_RTIT_CTL) with the next instruction at `next_ip`:
+    /// PSB+ (without FUP, since PacketEn was 0), then MODE.Exec and TIP.PGE if PacketEn.
+    pub fn enable(&mut self, next_ip: u64) {
+        if self.cfg.ctl.trace_en() {
+            return;
+        }
+        self.cfg.ctl.set_trace_en(true);
+        self.stopped = false;
+        self.packet_en = false;
+        self.psb_plus(None);
+        let stop = self.eval_ip(next_ip);
+        if stop {
+            self.trace_stop(false, None);
+            return;
+        }
+        self.packet_en = self.compute_packet_en();
+        if self.packet_en {
+            self.pge(next_ip);
+        }
+    }
+
+    /// TraceEn 1 -> 0 by a WRMSR at `ip`: FUP(ip), TIP.PGD (IP suppressed) if PacketEn;
+    /// everything pending is flushed.
+    pub fn disable(&mut self, ip: u64) {
+        if !self.cfg.ctl.trace_en() {
+            return;
+        }
+        if self.packet_en {
+            self.emit_ip(Packet::Fup, Some(ip));
+            self.emit_ip(Packet::TipPgd, None);
+        }
+        self.flush_tnt();
+        self.cfg.ctl.set_trace_en(false);
+        self.packet_en = false;
+    }
+
+    /// A near branch (or any instruction whose class is not a far transfer) retired at `ip`,
+    /// and execution continues at `next`.
+    pub fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
+        let _ = ip;
+        if !self.trigger_en() {
+            return;
+        }
+        let was = self.packet_en;
+        let stop = self.eval_ip(next);
+        let now = self.compute_packet_en();
+        if stop {
+            // The branch's own result precedes the disable.
+            if was {
+                if let BranchKind::Conditional { .. } = kind {
+                    self.tnt_bit(next != nlip);
+                }
+            }
+            let pgd_ip = match kind {
+                BranchKind::Conditional { .. } => None,
+                _ => Some(next),
+            };
+            self.trace_stop(was, pgd_ip);
+            return;
+        }
+        match (was, now) {
+            (true, true) => self.cofi_packets(nlip, kind, next),
+            (true, false) => {
+                // Leaving the filter range (§33.2.5.3): TIP.PGD, with the target IP for direct and
+                // indirect branches, suppressed for a conditional branch.
+                let pgd_ip = match kind {
+                    BranchKind::Conditional { .. } => {
+                        self.tnt_bit(next != nlip);
+                        None
+                    }
+                    _ => Some(next),
+                };
+                self.emit_ip(Packet::TipPgd, pgd_ip);
+                self.packet_en = false;
+            }
+            (false, true) => {
+                self.packet_en = true;
+                self.pge(next);
+            }
+            (false, false) => {}
+        }
+        self.maybe_psb(next);
+    }
+
+    fn cofi_packets(&mut self, nlip: u64, kind: BranchKind, next: u64) {
+        match kind {
+            BranchKind::None | BranchKind::AlwaysFaults | BranchKind::DirectJump { .. } => {}
+            BranchKind::Conditional { .. } => self.tnt_bit(next != nlip),
+            BranchKind::DirectCall { target } => {
+                // A CALL with displacement 0 is the get-IP idiom and is not pushed (§33.4.2.2).
+                if target != nlip {
+                    self.ret.push(nlip);
+                }
+            }
+            BranchKind::IndirectJump => self.tip(next),
+            BranchKind::IndirectCall => {
+                self.ret.push(nlip);
+                self.tip(next);
+            }
+            BranchKind::Return => {
+                if !self.cfg.ctl.dis_retc() && self.ret.try_compress(next) {
+                    self.stats.compressed_rets += 1;
+                    self.tnt_bit(true);
+                } else {
+                    // Decoders differ on whether an uncompressed RET pops their stack; clearing
+                    // ours keeps every later compressed RET unambiguous for all of them.
+                    self.ret.clear();
+                    self.tip(next);
+                }
+            }
+            BranchKind::Far(_) | BranchKind::SoftwareInterrupt => self.tip(next),
+        }
+    }
+
+    fn tip(&mut self, ip: u64) {
+        self.stats.tips += 1;
+        self.emit_ip(Packet::Tip, Some(ip));
+    }
+
+    /// A far transfer (SYSCALL/SYSRET/IRET/far JMP, CALL, RET, ...) retired and execution
+    /// continues at `next` in context `to`. Intel PT sends no FUP for these (§33.2.1.3):
+    /// PIP if CR3 changed and OS=1, MODE.Exec if the mode changed, then TIP(next); TIP.PGD with
+    /// the IP suppressed if the destination is not traced; TIP.PGE(next) if only it is.
+    pub fn far_transfer(&mut self, kind: FarKind, next: u64, to: Context) {
+        let _ = kind;
+        self.transfer(None, next, to);
+    }
+
+    /// An asynchronous transfer (interrupt, exception, INT n) to `handler` in context `to`.
+    pub fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
+        self.transfer(Some(why.fup_ip()), handler, to);
+    }
+
+    fn transfer(&mut self, fup: Option<u64>, next: u64, to: Context) {
+        let was = self.packet_en;
+        let cr3_changed = to.cr3 != self.ctx.cr3;
+        self.ctx = to;
+        if !self.trigger_en() {
+            return;
+        }
+        let stop = self.eval_ip(next);
+        let now = self.compute_packet_en();
+        if was {
+            if let Some(ip) = fup {
+                self.emit_ip(Packet::Fup, Some(ip));
+            }
+        }
+        if stop {
+            self.trace_stop(was, None);
+            return;
+        }
+        match (was, now) {
+            (true, true) => {
+                if cr3_changed && self.cfg.ctl.os() {
+                    self.pip();
+                }
+                self.mode_exec_if_needed();
+                self.tip(next);
+            }
+            (true, false) => {
+                // ContextEn or FilterEn dropped: the destination is not traced.
+                let ip = if context_en(&self.cfg, &self.ctx) { Some(next) } else { None };
+                self.emit_ip(Packet::TipPgd, ip);
+                self.packet_en = false;
+            }
+            (false, true) => {
+                if cr3_changed && self.cfg.ctl.os() {
+                    self.pip();
+                }
+                self.packet_en = true;
+                self.pge(next);
+            }
+            (false, false) => {}
+        }
+        self.maybe_psb(next);
+    }
+
+    /// MOV to CR3 retired, next instruction at `nlip` (Table 33-50): PIP if tracing stays on and
+    /// OS=1; TIP.PGD (suppressed) if ContextEn drops; PIP, MODE.Exec, TIP.PGE(NLIP) if it rises.
+    pub fn mov_cr3(&mut self, nlip: u64, cr3: u64) {
+        let was = self.packet_en;
+        self.ctx.cr3 = cr3;
+        if !self.trigger_en() {
+            return;
+        }
+        let now = self.compute_packet_en();
+        match (was, now) {
+            (true, true) => {
+                if self.cfg.ctl.os() {
+                    self.pip();
+                }
+            }
+            (true, false) => {
+                self.emit_ip(Packet::TipPgd, None);
+                self.packet_en = false;
+            }
+            (false, true) => {
+                if self.cfg.ctl.os() {
+                    self.pip();
+                }
+                self.packet_en = true;
+                self.pge(nlip);
+            }
+            (false, false) => {}
+        }
+        self.maybe_psb(nlip);
+    }
+
+    /// Straight-line code from the previous event reached `ip` without a branch (e.g. the end
+    /// of a basic block that is not a COFI). Only the IP filter can change here.
+    pub fn linear(&mut self, ip: u64) {
+        if !self.trigger_en() {
+            return;
+        }
+        let was = self.packet_en;
+        let stop = self.eval_ip(ip);
+        if stop {
+            if was {
+                self.emit_ip(Packet::Fup, Some(ip));
+            }
+            self.trace_stop(was, None);
+            return;
+        }
+        let now = self.compute_packet_en();
+        match (was, now) {
+            (true, false) => {
+                self.emit_ip(Packet::Fup, Some(ip));
+                self.emit_ip(Packet::TipPgd, None);
+                self.packet_en = false;
+            }
+            (false, true) => {
+                self.packet_en = true;
+                self.pge(ip);
+            }
+            _ => {}
+        }
+        self.maybe_psb(ip);
+    }
+
+    /// The end of the trace (process exit): pending TNT bits are written out.
+    pub fn finish(&mut self) {
+        self.flush_tnt();
+    }
+}

@@ -1,0 +1,196 @@
+//! User-mode retirement sequencing: turns "block starting at PC P began executing" into the
+//! retirement events the PT model needs, the way a CPU traced with `perf record -e intel_pt//u`
+//! would see them.
+//!
+//! Under `qemu-x86_64` the kernel is QEMU itself, so the kernel side of every transition is
+//! implied: a SYSCALL (or INT n) is a far transfer into ring 0, where User-only tracing has no
+//! context (ContextEn = 0, TIP.PGD with the IP suppressed), and whatever user code runs next —
+//! the instruction after the SYSCALL, a signal handler, a new thread — is a far transfer back
+//! into ring 3 (TIP.PGE). Asynchronous signals are interrupts: FUP(the interrupted IP, as saved
+//! in the signal frame), TIP.PGD, then TIP.PGE at the handler (SDM Table 33-23: the FUP of an
+//! interrupt is the next instruction that would have executed).
+//!
+//! QEMU ends a translation block at every COFI, so only a block's last instruction can change the
+//! flow, and the next block's PC is that instruction's outcome.
+
+use crate::insn_class::{BranchKind, ClassifiedInsn, FarKind};
+use crate::pt::tracer::{AsyncKind, Context, Tracer};
+
+/// A ring-0 address standing for "somewhere in the kernel". It is never emitted: with User-only
+/// tracing every transfer into the kernel produces a TIP.PGD with the IP suppressed.
+pub const KERNEL_ENTRY: u64 = 0xffff_ffff_8100_0000;
+
+/// What the tracer needs to know about the last instruction of an executed block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockEnd {
+    /// The block's last instruction. When it is a REP string instruction QEMU re-enters it as a
+    /// new block for further iterations, but it retires once.
+    pub last: ClassifiedInsn,
+}
+
+impl BlockEnd {
+    /// Is `next` a possible successor of the last instruction without any interruption?
+    fn explains(&self, next: u64) -> bool {
+        let nlip = self.last.nlip();
+        match self.last.kind {
+            BranchKind::None | BranchKind::AlwaysFaults => next == nlip,
+            BranchKind::Conditional { target } => next == target || next == nlip,
+            BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => next == target,
+            BranchKind::IndirectJump
+            | BranchKind::IndirectCall
+            | BranchKind::Return
+            | BranchKind::Far(_)
+            | BranchKind::SoftwareInterrupt => true,
+        }
+    }
+
+    /// Could the block have been left through a signal even though `next` is explained?
+    /// Only indirect transfers can land on a handler address by themselves.
+    fn ambiguous(&self) -> bool {
+        matches!(
+            self.last.kind,
+            BranchKind::IndirectJump | BranchKind::IndirectCall | BranchKind::Return | BranchKind::Far(_)
+        )
+    }
+
+    fn enters_kernel(&self) -> bool {
+        matches!(
+            self.last.kind,
+            BranchKind::Far(FarKind::Syscall) | BranchKind::Far(FarKind::Sysenter) | BranchKind::SoftwareInterrupt
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Position {
+    /// Not yet in user code (thread start) or inside the kernel (after SYSCALL).
+    Kernel,
+    /// The block with this end has been executed; its successor is not yet known.
+    After(BlockEnd),
+}
+
+/// Counters of how transitions were explained.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    pub blocks: u64,
+    pub kernel_entries: u64,
+    pub signals: u64,
+    /// Transitions that neither the last instruction nor a signal frame explained.
+    pub unexplained: u64,
+}
+
+/// Per-thread sequencer in front of a `Tracer`.
+#[derive(Clone, Debug)]
+pub struct UserFlow {
+    pos: Position,
+    stats: FlowStats,
+}
+
+impl Default for UserFlow {
+    fn default() -> Self {
+        UserFlow { pos: Position::Kernel, stats: FlowStats::default() }
+    }
+}
+
+/// Answers "did the kernel just deliver a signal whose handler starts at `pc`?" by looking at the
+/// guest's stack; returns the interrupted IP saved in the signal frame.
+pub trait SignalProbe {
+    fn signal_resume_ip(&mut self, pc: u64) -> Option<u64>;
+}
+
+impl<F: FnMut(u64) -> Option<u64>> SignalProbe for F {
+    fn signal_resume_ip(&mut self, pc: u64) -> Option<u64> {
+        self(pc)
+    }
+}
+
+impl UserFlow {
+    pub fn stats(&self) -> FlowStats {
+        self.stats
+    }
+
+    /// Start tracing a thread: TraceEn is set while the thread is still in the kernel (as perf
+    /// does at exec/clone), so the stream starts with PSB+ and the first user instruction gets a
+    /// TIP.PGE.
+    pub fn start(&mut self, tracer: &mut Tracer) {
+        tracer.far_transfer(FarKind::Syscall, KERNEL_ENTRY, Context::KERNEL64);
+        tracer.enable(KERNEL_ENTRY);
+        self.pos = Position::Kernel;
+    }
+
+    /// A block starting at `pc` is about to execute; `end` describes its last instruction.
+    pub fn block(&mut self, tracer: &mut Tracer, pc: u64, end: BlockEnd, probe: &mut impl SignalProbe) {
+        self.stats.blocks += 1;
+        match self.pos {
+            Position::Kernel => tracer.far_transfer(FarKind::Sysret, pc, Context::USER64),
+            Position::After(prev) => self.resolve(tracer, prev, pc, probe),
+        }
+        self.pos = Position::After(end);
+    }
+
+    fn resolve(&mut self, tracer: &mut Tracer, prev: BlockEnd, pc: u64, probe: &mut impl SignalProbe) {
+        let last = prev.last;
+        if prev.enters_kernel() {
+            self.stats.kernel_entries += 1;
+            self.enter_kernel(tracer, prev);
+            tracer.far_transfer(FarKind::Sysret, pc, Context::USER64);
+            return;
+        }
+        if prev.last.rep_string && pc == last.ip {
+            return; // the same REP string instruction continues
+        }
+        let explained = prev.explains(pc);
+        let resume = if !explained || prev.ambiguous() { probe.signal_resume_ip(pc) } else { None };
+        match resume {
+            None if explained => tracer.branch(last.ip, last.nlip(), last.kind, pc),
+            None => {
+                // Nothing explains the transition: report it as an interrupt at the fall-through
+                // so the stream stays decodable, and count it.
+                self.stats.unexplained += 1;
+                tracer.async_event(AsyncKind::Interrupt { resume_ip: last.nlip() }, KERNEL_ENTRY, Context::KERNEL64);
+                tracer.far_transfer(FarKind::Iret, pc, Context::USER64);
+            }
+            Some(resume) => {
+                self.stats.signals += 1;
+                // The block's last instruction retired with `resume` as its outcome, unless the
+                // signal interrupted the block before it (then `resume` lies inside the block).
+                if prev.explains(resume) && !(prev.last.rep_string && resume == last.ip) {
+                    tracer.branch(last.ip, last.nlip(), last.kind, resume);
+                }
+                tracer.async_event(AsyncKind::Interrupt { resume_ip: resume }, KERNEL_ENTRY, Context::KERNEL64);
+                tracer.far_transfer(FarKind::Iret, pc, Context::USER64);
+            }
+        }
+    }
+
+    fn enter_kernel(&mut self, tracer: &mut Tracer, prev: BlockEnd) {
+        match prev.last.kind {
+            BranchKind::SoftwareInterrupt => tracer.async_event(
+                AsyncKind::SoftwareInterrupt { ip: prev.last.ip },
+                KERNEL_ENTRY,
+                Context::KERNEL64,
+            ),
+            BranchKind::Far(kind) => tracer.far_transfer(kind, KERNEL_ENTRY, Context::KERNEL64),
+            _ => {}
+        }
+    }
+
+    /// The thread ends (exit, exit_group, or the process is torn down). A pending SYSCALL enters
+    /// the kernel for good; a block that ended without a COFI is interrupted at its fall-through.
+    /// A branch whose outcome was never observed produces nothing.
+    pub fn finish(&mut self, tracer: &mut Tracer) {
+        if let Position::After(prev) = self.pos {
+            if prev.enters_kernel() {
+                self.enter_kernel(tracer, prev);
+            } else if matches!(prev.last.kind, BranchKind::None) {
+                tracer.async_event(
+                    AsyncKind::Interrupt { resume_ip: prev.last.nlip() },
+                    KERNEL_ENTRY,
+                    Context::KERNEL64,
+                );
+            }
+        }
+        self.pos = Position::Kernel;
+        tracer.finish();
+    }
+}

@@ -1,0 +1,36 @@
+//! Reading guest state from inside vCPU callbacks.
+//!
+//! qemu-plugin 10.1.0-v2's read_memory wrappers hand QEMU a fake GByteArray and crash it
+//! (shared/reference/qemu-notes.md); this calls the API with a real GLib array instead.
+
+use qemu_plugin::sys::{qemu_plugin_read_memory_vaddr, GByteArray};
+
+unsafe extern "C" {
+    fn g_byte_array_new() -> *mut GByteArray;
+    fn g_byte_array_free(array: *mut GByteArray, free_segment: bool) -> *mut u8;
+}
+
+/// Read `buf.len()` bytes of guest virtual memory at `addr` (current vCPU). False if any byte
+/// could not be read.
+pub fn read_vaddr(addr: u64, buf: &mut [u8]) -> bool {
+    // SAFETY: the array is created and freed here; QEMU fills it with at most `buf.len()` bytes.
+    unsafe {
+        let array = g_byte_array_new();
+        if array.is_null() {
+            return false;
+        }
+        let ok = qemu_plugin_read_memory_vaddr(addr, array, buf.len());
+        let got = (*array).len as usize;
+        let ok = ok && got >= buf.len() && !(*array).data.is_null();
+        if ok {
+            std::ptr::copy_nonoverlapping((*array).data, buf.as_mut_ptr(), buf.len());
+        }
+        g_byte_array_free(array, true);
+        ok
+    }
+}
+
+pub fn read_u64(addr: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    read_vaddr(addr, &mut b).then(|| u64::from_le_bytes(b))
+}

@@ -1,0 +1,123 @@
+//! Hand-off of trace bytes from vCPU threads to a writer thread.
+//!
+//! vCPU callbacks never touch files: they move filled buffers into a crossbeam channel, and one
+//! background thread owns every output file. At exit the plugin sends `Sync` and waits for the
+//! acknowledgement, so every byte the model produced is on disk before QEMU exits.
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKey {
+    /// thread-N.pt: the Intel PT stream of guest thread N.
+    Pt(u32),
+    /// thread-N.truth: the ground-truth instruction log of guest thread N.
+    Truth(u32),
+    /// code.img: bytes of every translated instruction.
+    Code,
+}
+
+impl FileKey {
+    fn file_name(self) -> String {
+        match self {
+            FileKey::Pt(n) => format!("thread-{n}.pt"),
+            FileKey::Truth(n) => format!("thread-{n}.truth"),
+            FileKey::Code => "code.img".to_string(),
+        }
+    }
+}
+
+pub enum Msg {
+    Data(FileKey, Vec<u8>),
+    Close(FileKey),
+    /// Flush every open file, then acknowledge.
+    Sync(Sender<Result<(), String>>),
+}
+
+pub struct Output {
+    tx: Sender<Msg>,
+}
+
+impl Output {
+    /// Start the writer thread for files under `dir` (which must exist).
+    pub fn start(dir: &Path) -> std::io::Result<Output> {
+        let (tx, rx) = unbounded();
+        let dir = dir.to_path_buf();
+        std::thread::Builder::new().name("pttrace-writer".into()).spawn(move || writer(dir, rx))?;
+        Ok(Output { tx })
+    }
+
+    pub fn send(&self, key: FileKey, bytes: Vec<u8>) {
+        if !bytes.is_empty() {
+            // The writer only stops after the channel is closed, which cannot happen while
+            // `self` is alive.
+            let _ = self.tx.send(Msg::Data(key, bytes));
+        }
+    }
+
+    pub fn close(&self, key: FileKey) {
+        let _ = self.tx.send(Msg::Close(key));
+    }
+
+    /// Wait until everything sent so far is written; returns the first write error, if any.
+    pub fn sync(&self) -> Result<(), String> {
+        let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
+        self.tx.send(Msg::Sync(ack_tx)).map_err(|_| "pttrace: writer thread is gone".to_string())?;
+        ack_rx.recv().map_err(|_| "pttrace: writer thread is gone".to_string())?
+    }
+}
+
+fn writer(dir: PathBuf, rx: Receiver<Msg>) {
+    let mut files: HashMap<FileKey, BufWriter<File>> = HashMap::new();
+    let mut error: Option<String> = None;
+    let note = |e: String, error: &mut Option<String>| {
+        if error.is_none() {
+            eprintln!("pttrace: {e}");
+            *error = Some(e);
+        }
+    };
+    for msg in rx {
+        match msg {
+            Msg::Data(key, bytes) => {
+                if !files.contains_key(&key) {
+                    let path = dir.join(key.file_name());
+                    match File::create(&path) {
+                        Ok(f) => {
+                            files.insert(key, BufWriter::with_capacity(1 << 20, f));
+                        }
+                        Err(e) => {
+                            note(format!("cannot create {}: {e}", path.display()), &mut error);
+                            continue;
+                        }
+                    }
+                }
+                if let Some(f) = files.get_mut(&key) {
+                    if let Err(e) = f.write_all(&bytes) {
+                        note(format!("writing {}: {e}", key.file_name()), &mut error);
+                    }
+                }
+            }
+            Msg::Close(key) => {
+                if let Some(mut f) = files.remove(&key) {
+                    if let Err(e) = f.flush() {
+                        note(format!("writing {}: {e}", key.file_name()), &mut error);
+                    }
+                }
+            }
+            Msg::Sync(ack) => {
+                for (key, f) in files.iter_mut() {
+                    if let Err(e) = f.flush() {
+                        note(format!("writing {}: {e}", key.file_name()), &mut error);
+                    }
+                }
+                let _ = ack.send(match &error {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(()),
+                });
+            }
+        }
+    }
+}

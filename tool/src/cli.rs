@@ -1,0 +1,182 @@
+//! Command-line parsing and dispatch.
+
+use std::ffi::OsString;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use crate::compare::{cmd_compare, CompareOptions};
+use crate::decode::{cmd_decode, DecodeOptions};
+use crate::dump::{dump_file_libipt, DumpOptions, DumpOutcome};
+use crate::dump_core::dump_with_core;
+use crate::error::{Result, ToolError, EXIT_FAIL, EXIT_OK, EXIT_USAGE};
+use crate::outdir::OutDir;
+
+pub const USAGE: &str = "\
+pttrace - inspect and decode the Intel PT output of the pttrace QEMU plugin
+
+USAGE:
+    pttrace dump [--libipt [--raw]] FILE
+        Print every packet of one raw PT stream (e.g. DIR/thread-1.pt) with its
+        offset, ptdump-style. --libipt uses libipt's packet decoder; --raw also
+        prints each packet's bytes. Exit 1 if any packet fails to decode.
+
+    pttrace decode DIR [--thread N] [--summary]
+        Reconstruct the executed instructions of every DIR/thread-N.pt with
+        libipt (memory from DIR/code.img) and print one address per line
+        (lowercase hex, no 0x), each thread preceded by a `thread N` line.
+        --thread N   only thread N, without the header line
+        --summary    only print the per-thread summary (stderr)
+        Exit 1 if any stream had a decode error.
+
+    pttrace compare DIR [--thread N] [--context K]
+        Decode every thread that has a DIR/thread-N.truth and compare it with
+        the truth address by address. --context K prints K lines around the
+        first mismatch (default 3, 0 = none). Exit 1 on any decode error,
+        mismatch or length difference.
+
+    pttrace --help | -h | help
+
+EXIT STATUS:
+    0 success, 1 decode error or mismatch, 2 usage or input/IO error
+";
+
+fn usage_err(msg: impl Into<String>) -> ToolError {
+    ToolError::usage(msg)
+}
+
+/// Parsed command line.
+#[derive(Debug)]
+enum Command {
+    Help,
+    Dump { file: PathBuf, libipt: bool, raw: bool },
+    Decode { dir: PathBuf, opts: DecodeOptions },
+    Compare { dir: PathBuf, opts: CompareOptions },
+}
+
+fn parse_u32(opt: &str, v: Option<OsString>) -> Result<u32> {
+    let v = v.ok_or_else(|| usage_err(format!("{opt} needs a value")))?;
+    let s = v.to_str().ok_or_else(|| usage_err(format!("{opt}: invalid value")))?;
+    s.parse::<u32>().map_err(|_| usage_err(format!("{opt}: expected a non-negative number, got {s:?}")))
+}
+
+fn parse(args: Vec<OsString>) -> Result<Command> {
+    let mut it = args.into_iter();
+    let Some(cmd) = it.next() else {
+        return Err(usage_err("missing command"));
+    };
+    let cmd = cmd.to_str().unwrap_or("").to_string();
+    if matches!(cmd.as_str(), "-h" | "--help" | "help") {
+        return Ok(Command::Help);
+    }
+    if !matches!(cmd.as_str(), "dump" | "decode" | "compare") {
+        return Err(usage_err(format!("unknown command {cmd:?}")));
+    }
+
+    let mut positional: Vec<OsString> = Vec::new();
+    let (mut libipt, mut raw, mut summary) = (false, false, false);
+    let mut thread = None;
+    let mut context = None;
+    let mut only_positional = false;
+    while let Some(a) = it.next() {
+        let s = a.to_str().map(str::to_string);
+        match s.as_deref() {
+            Some(o) if !only_positional && o.starts_with('-') && o.len() > 1 => match (cmd.as_str(), o) {
+                (_, "-h" | "--help") => return Ok(Command::Help),
+                (_, "--") => only_positional = true,
+                ("dump", "--libipt") => libipt = true,
+                ("dump", "--raw") => raw = true,
+                ("decode", "--summary") => summary = true,
+                ("decode" | "compare", "--thread") => thread = Some(parse_u32(o, it.next())?),
+                ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
+                _ => return Err(usage_err(format!("{cmd}: unknown option {o:?}"))),
+            },
+            _ => positional.push(a),
+        }
+    }
+    let what = if cmd == "dump" { "FILE" } else { "DIR" };
+    if positional.len() != 1 {
+        return Err(usage_err(if positional.is_empty() {
+            format!("{cmd}: missing {what}")
+        } else {
+            format!("{cmd}: expected exactly one {what}, got {}", positional.len())
+        }));
+    }
+    let path = PathBuf::from(positional.pop().unwrap());
+    Ok(match cmd.as_str() {
+        "dump" => {
+            if raw && !libipt {
+                return Err(usage_err("dump: --raw requires --libipt"));
+            }
+            Command::Dump { file: path, libipt, raw }
+        }
+        "decode" => Command::Decode { dir: path, opts: DecodeOptions { thread, summary_only: summary } },
+        _ => {
+            let mut opts = CompareOptions { thread, ..CompareOptions::default() };
+            if let Some(c) = context {
+                opts.context = c;
+            }
+            Command::Compare { dir: path, opts }
+        }
+    })
+}
+
+fn run_dump(file: &PathBuf, libipt: bool, raw: bool) -> Result<i32> {
+    let bytes = std::fs::read(file).map_err(|e| ToolError::io("cannot read", file, e))?;
+    let stdout = io::stdout();
+    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let r: io::Result<DumpOutcome> = if libipt {
+        dump_file_libipt(&bytes, DumpOptions { raw }, &mut out)
+    } else {
+        dump_with_core(&bytes, &mut out)
+    };
+    let r = r.and_then(|o| out.flush().map(|_| o));
+    match r {
+        Ok(o) => {
+            eprintln!("pttrace: {}: {} packets, {} errors", file.display(), o.packets, o.errors);
+            Ok(if o.errors > 0 { EXIT_FAIL } else { EXIT_OK })
+        }
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(EXIT_OK),
+        Err(e) => Err(ToolError::input(format!("cannot write output: {e}"))),
+    }
+}
+
+fn dispatch(cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::Help => {
+            print!("{USAGE}");
+            Ok(EXIT_OK)
+        }
+        Command::Dump { file, libipt, raw } => run_dump(&file, libipt, raw),
+        Command::Decode { dir, opts } => {
+            let dir = OutDir::open(&dir)?;
+            let stdout = io::stdout();
+            let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+            cmd_decode(&dir, &opts, &mut out)
+        }
+        Command::Compare { dir, opts } => {
+            let dir = OutDir::open(&dir)?;
+            let stdout = io::stdout();
+            let mut out = BufWriter::new(stdout.lock());
+            cmd_compare(&dir, &opts, &mut out)
+        }
+    }
+}
+
+/// Run with the arguments after the program name; returns the exit status.
+pub fn run(args: Vec<OsString>) -> i32 {
+    let r = parse(args).and_then(dispatch);
+    match r {
+        Ok(code) => code,
+        Err(e @ ToolError::Usage(_)) => {
+            let _ = io::stdout().flush();
+            eprintln!("pttrace: {e}");
+            eprintln!("Try 'pttrace --help' for usage.");
+            EXIT_USAGE
+        }
+        Err(e) => {
+            let _ = io::stdout().flush();
+            eprintln!("pttrace: error: {e}");
+            e.exit_code()
+        }
+    }
+}

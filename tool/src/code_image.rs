@@ -1,0 +1,340 @@
+//! The code sideband `code.img` and the sparse memory image built from it.
+//!
+//! File format: magic `PTCODE1\n` (8 bytes) followed by records
+//! `{ vaddr: u64 LE, len: u32 LE, bytes[len] }`. Records may overlap; when
+//! they conflict the LATER record wins. All threads share the address space.
+//!
+//! The records are "painted" in file order onto 4 KiB pages (so later
+//! records overwrite earlier ones byte by byte), then the pages are flattened
+//! into a sorted list of disjoint, non-adjacent segments for fast lookup.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::error::{Result, ToolError};
+
+pub const MAGIC: &[u8; 8] = b"PTCODE1\n";
+const RECORD_HEADER: usize = 12;
+const PAGE_SHIFT: u32 = 12;
+const PAGE_SIZE: usize = 1 << PAGE_SHIFT;
+
+/// One contiguous run of known code bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub start: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl Segment {
+    /// One past the last byte (saturating at `u64::MAX`; the last byte of the
+    /// address space can therefore not be represented, which is harmless).
+    pub fn end(&self) -> u64 {
+        self.start.saturating_add(self.bytes.len() as u64)
+    }
+}
+
+/// Statistics about the parse, useful for diagnostics.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LoadStats {
+    pub records: u64,
+    pub record_bytes: u64,
+    /// Records skipped because they are empty or wrap around the address space.
+    pub skipped_records: u64,
+    /// Bytes where a later record overwrote an earlier, *different* byte.
+    pub conflicting_bytes: u64,
+    /// Non-fatal problems (e.g. a truncated final record).
+    pub warnings: Vec<String>,
+}
+
+/// Sparse memory image: sorted, disjoint, non-adjacent segments.
+#[derive(Debug, Default, Clone)]
+pub struct CodeImage {
+    segments: Vec<Segment>,
+}
+
+struct Page {
+    data: [u8; PAGE_SIZE],
+    valid: [u64; PAGE_SIZE / 64],
+}
+
+impl Page {
+    fn new() -> Box<Self> {
+        Box::new(Page { data: [0; PAGE_SIZE], valid: [0; PAGE_SIZE / 64] })
+    }
+    #[inline]
+    fn is_valid(&self, i: usize) -> bool {
+        self.valid[i / 64] >> (i % 64) & 1 != 0
+    }
+}
+
+/// Incremental builder; later `add` calls win over earlier ones.
+#[derive(Default)]
+pub struct CodeImageBuilder {
+    pages: BTreeMap<u64, Box<Page>>,
+    stats: LoadStats,
+}
+
+impl CodeImageBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Paint `bytes` at `vaddr`. Returns false (and records nothing) if the
+    /// range is empty or wraps past the end of the address space.
+    pub fn add(&mut self, vaddr: u64, bytes: &[u8]) -> bool {
+        self.stats.records += 1;
+        if bytes.is_empty() || vaddr.checked_add(bytes.len() as u64 - 1).is_none() {
+            self.stats.skipped_records += 1;
+            return false;
+        }
+        self.stats.record_bytes += bytes.len() as u64;
+        let mut addr = vaddr;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let page_no = addr >> PAGE_SHIFT;
+            let off = (addr as usize) & (PAGE_SIZE - 1);
+            let n = rest.len().min(PAGE_SIZE - off);
+            let page = self.pages.entry(page_no).or_insert_with(Page::new);
+            for (i, &b) in rest[..n].iter().enumerate() {
+                let j = off + i;
+                if page.is_valid(j) {
+                    if page.data[j] != b {
+                        self.stats.conflicting_bytes += 1;
+                    }
+                } else {
+                    page.valid[j / 64] |= 1 << (j % 64);
+                }
+                page.data[j] = b;
+            }
+            rest = &rest[n..];
+            // May wrap to 0 only when rest is empty (checked above).
+            addr = addr.wrapping_add(n as u64);
+        }
+        true
+    }
+
+    pub fn warn(&mut self, msg: String) {
+        self.stats.warnings.push(msg);
+    }
+
+    pub fn finish(self) -> (CodeImage, LoadStats) {
+        let mut segments: Vec<Segment> = Vec::new();
+        for (page_no, page) in &self.pages {
+            let base = page_no << PAGE_SHIFT;
+            let mut i = 0;
+            while i < PAGE_SIZE {
+                if !page.is_valid(i) {
+                    i += 1;
+                    continue;
+                }
+                let run_start = i;
+                while i < PAGE_SIZE && page.is_valid(i) {
+                    i += 1;
+                }
+                let start = base + run_start as u64;
+                let data = &page.data[run_start..i];
+                match segments.last_mut() {
+                    Some(last) if last.end() == start && last.end() != u64::MAX => {
+                        last.bytes.extend_from_slice(data)
+                    }
+                    _ => segments.push(Segment { start, bytes: data.to_vec() }),
+                }
+            }
+        }
+        (CodeImage { segments }, self.stats)
+    }
+}
+
+impl CodeImage {
+    /// Parse `code.img` contents. A truncated final record is ignored with a
+    /// warning (the writer may have been killed mid-record); a bad magic is
+    /// an error.
+    pub fn parse(data: &[u8]) -> Result<(CodeImage, LoadStats)> {
+        if data.len() < MAGIC.len() || &data[..MAGIC.len()] != MAGIC {
+            return Err(ToolError::input(
+                "code.img: bad magic (expected \"PTCODE1\\n\"); not a pttrace code sideband",
+            ));
+        }
+        let mut b = CodeImageBuilder::new();
+        let mut pos = MAGIC.len();
+        while pos < data.len() {
+            if data.len() - pos < RECORD_HEADER {
+                b.warn(format!(
+                    "code.img: truncated record header at offset 0x{pos:x} ({} trailing bytes ignored)",
+                    data.len() - pos
+                ));
+                break;
+            }
+            let vaddr = u64::from_le_bytes(data[pos..pos + 8].try_into().unwrap());
+            let len = u32::from_le_bytes(data[pos + 8..pos + 12].try_into().unwrap()) as usize;
+            let body = pos + RECORD_HEADER;
+            if data.len() - body < len {
+                b.warn(format!(
+                    "code.img: truncated record at offset 0x{pos:x} (vaddr 0x{vaddr:x}, len {len}, only {} bytes present; ignored)",
+                    data.len() - body
+                ));
+                break;
+            }
+            if !b.add(vaddr, &data[body..body + len]) && len != 0 {
+                b.warn(format!(
+                    "code.img: record at offset 0x{pos:x} wraps the address space (vaddr 0x{vaddr:x}, len {len}); ignored"
+                ));
+            }
+            pos = body + len;
+        }
+        Ok(b.finish())
+    }
+
+    pub fn load(path: &Path) -> Result<(CodeImage, LoadStats)> {
+        let data = std::fs::read(path).map_err(|e| ToolError::io("cannot read", path, e))?;
+        Self::parse(&data).map_err(|e| ToolError::input(format!("{}: {e}", path.display())))
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Total number of known bytes.
+    pub fn size(&self) -> u64 {
+        self.segments.iter().map(|s| s.bytes.len() as u64).sum()
+    }
+
+    /// Index of the segment containing `addr`.
+    #[inline]
+    pub fn find(&self, addr: u64) -> Option<usize> {
+        let i = self.segments.partition_point(|s| s.start <= addr);
+        if i == 0 {
+            return None;
+        }
+        let s = &self.segments[i - 1];
+        (addr - s.start < s.bytes.len() as u64).then_some(i - 1)
+    }
+
+    /// Copy bytes starting at `addr` into `buf`, stopping at the end of the
+    /// contiguous known range. Returns the number of bytes copied (0 if
+    /// `addr` is not mapped). `hint` caches the last segment index.
+    #[inline]
+    pub fn read(&self, addr: u64, buf: &mut [u8], hint: &mut usize) -> usize {
+        let idx = match self.segments.get(*hint) {
+            Some(s) if addr >= s.start && addr - s.start < s.bytes.len() as u64 => *hint,
+            _ => match self.find(addr) {
+                Some(i) => {
+                    *hint = i;
+                    i
+                }
+                None => return 0,
+            },
+        };
+        let s = &self.segments[idx];
+        let off = (addr - s.start) as usize;
+        let n = buf.len().min(s.bytes.len() - off);
+        buf[..n].copy_from_slice(&s.bytes[off..off + n]);
+        n
+    }
+}
+
+/// Serialize records in the `code.img` format (used by tests and tooling).
+pub fn encode_records(records: &[(u64, &[u8])]) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    for (vaddr, bytes) in records {
+        out.extend_from_slice(&vaddr.to_le_bytes());
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(img: &CodeImage, addr: u64, n: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; n];
+        let mut hint = 0;
+        let got = img.read(addr, &mut buf, &mut hint);
+        buf.truncate(got);
+        buf
+    }
+
+    #[test]
+    fn later_record_wins_and_segments_merge() {
+        let data = encode_records(&[
+            (0x1000, &[1, 2, 3, 4]),
+            (0x1002, &[9, 9, 9]), // overlaps [0x1002,0x1004), extends to 0x1005
+            (0x0ffe, &[7, 7]),    // adjacent below
+            (0x2000, &[5]),
+        ]);
+        let (img, st) = CodeImage::parse(&data).unwrap();
+        assert_eq!(st.records, 4);
+        assert_eq!(st.conflicting_bytes, 2);
+        assert!(st.warnings.is_empty());
+        assert_eq!(
+            img.segments(),
+            &[
+                Segment { start: 0x0ffe, bytes: vec![7, 7, 1, 2, 9, 9, 9] },
+                Segment { start: 0x2000, bytes: vec![5] },
+            ]
+        );
+        assert_eq!(read_all(&img, 0x1001, 15), vec![2, 9, 9, 9]);
+        assert_eq!(read_all(&img, 0x1005, 15), Vec::<u8>::new());
+        assert_eq!(read_all(&img, 0x0ffd, 15), Vec::<u8>::new());
+        assert_eq!(read_all(&img, 0x2000, 15), vec![5]);
+        assert_eq!(img.size(), 8);
+    }
+
+    #[test]
+    fn crosses_pages() {
+        let bytes: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let data = encode_records(&[(0x3ff0, &bytes), (0x4000, &[0xaa])]);
+        let (img, _) = CodeImage::parse(&data).unwrap();
+        assert_eq!(img.segments().len(), 1);
+        assert_eq!(img.segments()[0].start, 0x3ff0);
+        assert_eq!(img.segments()[0].bytes.len(), 5000);
+        assert_eq!(read_all(&img, 0x3ffe, 3), vec![14, 15, 0xaa]);
+    }
+
+    #[test]
+    fn truncated_and_bad_input() {
+        assert!(CodeImage::parse(b"").is_err());
+        assert!(CodeImage::parse(b"PTCODE2\nxxxx").is_err());
+        let (img, st) = CodeImage::parse(MAGIC).unwrap();
+        assert_eq!(img.segments().len(), 0);
+        assert_eq!(st.records, 0);
+
+        let mut data = encode_records(&[(0x1000, &[1, 2, 3]), (0x2000, &[4, 5, 6, 7])]);
+        data.truncate(data.len() - 2); // cut the second record's body
+        let (img, st) = CodeImage::parse(&data).unwrap();
+        assert_eq!(img.segments(), &[Segment { start: 0x1000, bytes: vec![1, 2, 3] }]);
+        assert_eq!(st.warnings.len(), 1);
+
+        let mut data = encode_records(&[(0x1000, &[1])]);
+        data.extend_from_slice(&[0, 0, 1]); // partial header
+        let (img, st) = CodeImage::parse(&data).unwrap();
+        assert_eq!(img.size(), 1);
+        assert_eq!(st.warnings.len(), 1);
+
+        // Huge length in garbage: treated as truncation, no allocation.
+        let mut data = MAGIC.to_vec();
+        data.extend_from_slice(&0x1000u64.to_le_bytes());
+        data.extend_from_slice(&u32::MAX.to_le_bytes());
+        data.extend_from_slice(&[1, 2]);
+        let (img, st) = CodeImage::parse(&data).unwrap();
+        assert_eq!(img.size(), 0);
+        assert_eq!(st.warnings.len(), 1);
+
+        // Wrapping record is skipped; empty record is fine.
+        let data = encode_records(&[(u64::MAX - 1, &[1, 2, 3]), (0x10, &[])]);
+        let (img, st) = CodeImage::parse(&data).unwrap();
+        assert_eq!(img.size(), 0);
+        assert_eq!(st.skipped_records, 2);
+        assert_eq!(st.warnings.len(), 1);
+    }
+
+    #[test]
+    fn top_of_address_space() {
+        let data = encode_records(&[(u64::MAX - 1, &[1, 2])]);
+        let (img, _) = CodeImage::parse(&data).unwrap();
+        assert_eq!(read_all(&img, u64::MAX - 1, 15), vec![1, 2]);
+        assert_eq!(read_all(&img, u64::MAX, 15), vec![2]);
+    }
+}

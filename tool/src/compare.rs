@@ -1,0 +1,234 @@
+//! `pttrace compare DIR`: decode every thread that has a `thread-N.truth`
+//! and compare the reconstructed instruction addresses with the truth.
+
+use std::io::Write;
+use std::path::Path;
+use std::rc::Rc;
+
+use crate::decode::{decode_to_vec, print_decode_error, print_load_warnings};
+use crate::error::{Result, ToolError, EXIT_FAIL, EXIT_OK};
+use crate::hexfmt::parse_hex;
+use crate::outdir::OutDir;
+
+/// Parse a truth file: one hex address per line (optional `0x`), blank
+/// lines ignored. Errors name the offending line.
+pub fn parse_truth(data: &[u8]) -> std::result::Result<Vec<u64>, String> {
+    let mut v = Vec::with_capacity(data.len() / 7);
+    for (no, line) in data.split(|&b| b == b'\n').enumerate() {
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        match parse_hex(line) {
+            Some(a) => v.push(a),
+            None => {
+                let shown = String::from_utf8_lossy(&line[..line.len().min(40)]).into_owned();
+                return Err(format!("line {}: not a hex address: {shown:?}", no + 1));
+            }
+        }
+    }
+    Ok(v)
+}
+
+pub fn load_truth(path: &Path) -> Result<Vec<u64>> {
+    let data = std::fs::read(path).map_err(|e| ToolError::io("cannot read", path, e))?;
+    parse_truth(&data).map_err(|e| ToolError::input(format!("{}: {e}", path.display())))
+}
+
+/// First position where the sequences differ (`None` side = past the end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstMismatch {
+    pub index: usize,
+    pub decoded: Option<u64>,
+    pub truth: Option<u64>,
+}
+
+/// Result of comparing one thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comparison {
+    pub decoded: usize,
+    pub truth: usize,
+    /// Positions `< min(decoded, truth)` whose addresses differ.
+    pub mismatches: u64,
+    /// First differing position, including a length difference.
+    pub first: Option<FirstMismatch>,
+}
+
+impl Comparison {
+    pub fn ok(&self) -> bool {
+        self.first.is_none()
+    }
+
+    pub fn compared(&self) -> usize {
+        self.decoded.min(self.truth)
+    }
+}
+
+pub fn compare_addrs(decoded: &[u64], truth: &[u64]) -> Comparison {
+    let common = decoded.len().min(truth.len());
+    let mut mismatches = 0u64;
+    let mut first = None;
+    for i in 0..common {
+        if decoded[i] != truth[i] {
+            mismatches += 1;
+            if first.is_none() {
+                first = Some(FirstMismatch { index: i, decoded: Some(decoded[i]), truth: Some(truth[i]) });
+            }
+        }
+    }
+    if first.is_none() && decoded.len() != truth.len() {
+        first = Some(FirstMismatch {
+            index: common,
+            decoded: decoded.get(common).copied(),
+            truth: truth.get(common).copied(),
+        });
+    }
+    Comparison { decoded: decoded.len(), truth: truth.len(), mismatches, first }
+}
+
+fn opt_hex(v: Option<u64>) -> String {
+    match v {
+        Some(a) => format!("{a:x}"),
+        None => "<end>".to_string(),
+    }
+}
+
+/// The per-thread result line (without trailing newline).
+pub fn format_comparison(thread: u32, c: &Comparison, decode_errors: u64) -> String {
+    let mut s = format!(
+        "thread {thread}: decoded {}, truth {}, mismatches {}",
+        c.decoded, c.truth, c.mismatches
+    );
+    if let Some(f) = &c.first {
+        s += &format!(
+            ", first mismatch at index {} (decoded {}, truth {})",
+            f.index,
+            opt_hex(f.decoded),
+            opt_hex(f.truth)
+        );
+    }
+    s += &format!(", decode errors {decode_errors}");
+    s
+}
+
+/// Options of `pttrace compare`.
+#[derive(Debug, Clone)]
+pub struct CompareOptions {
+    pub thread: Option<u32>,
+    /// Lines of context printed around the first mismatch.
+    pub context: usize,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        CompareOptions { thread: None, context: 3 }
+    }
+}
+
+fn write_context<W: Write>(out: &mut W, d: &[u64], t: &[u64], f: &FirstMismatch, ctx: usize) -> std::io::Result<()> {
+    let lo = f.index.saturating_sub(ctx);
+    let hi = (f.index + ctx + 1).min(d.len().max(t.len()));
+    writeln!(out, "  {:>10}  {:>16}  {:>16}", "index", "decoded", "truth")?;
+    for i in lo..hi {
+        let (a, b) = (d.get(i).copied(), t.get(i).copied());
+        let mark = if a != b { "  <==" } else { "" };
+        writeln!(out, "  {:>10}  {:>16}  {:>16}{mark}", i, opt_hex(a), opt_hex(b))?;
+    }
+    Ok(())
+}
+
+/// `pttrace compare DIR`. Returns the exit status.
+pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -> Result<i32> {
+    let wr = |e: std::io::Error| ToolError::input(format!("cannot write output: {e}"));
+    let threads: Vec<u32> = match opts.thread {
+        Some(n) => {
+            if !dir.truths.contains(&n) {
+                return Err(ToolError::input(format!("{} not found", dir.truth_path(n).display())));
+            }
+            vec![n]
+        }
+        None => dir.truths.clone(),
+    };
+    if threads.is_empty() {
+        return Err(ToolError::input(format!(
+            "no thread-N.truth files in {}: nothing to compare",
+            dir.path.display()
+        )));
+    }
+    for n in &dir.threads {
+        if opts.thread.is_none() && !dir.truths.contains(n) {
+            writeln!(out, "thread {n}: no truth file, skipped").map_err(wr)?;
+        }
+    }
+    let (code, load) = dir.load_code()?;
+    print_load_warnings(dir, &load.warnings);
+    let code = Rc::new(code);
+    let cpu = dir.cpu();
+
+    let mut failed = false;
+    let (mut tot_compared, mut tot_mismatch, mut tot_errors) = (0u64, 0u64, 0u64);
+    for &n in &threads {
+        let truth = load_truth(&dir.truth_path(n))?;
+        let (decoded, errors) = if dir.threads.contains(&n) {
+            let trace = dir.read_pt(n)?;
+            let mut printed = 0;
+            let (ips, stats) = decode_to_vec(&trace, &code, cpu, |e| print_decode_error(n, e, &mut printed));
+            (ips, stats.errors)
+        } else {
+            eprintln!("pttrace: thread {n}: {} is missing", dir.pt_path(n).display());
+            (Vec::new(), 1)
+        };
+        let c = compare_addrs(&decoded, &truth);
+        writeln!(out, "{}", format_comparison(n, &c, errors)).map_err(wr)?;
+        if let Some(f) = &c.first {
+            if opts.context > 0 {
+                write_context(out, &decoded, &truth, f, opts.context).map_err(wr)?;
+            }
+        }
+        failed |= !c.ok() || errors > 0;
+        tot_compared += c.compared() as u64;
+        tot_mismatch += c.mismatches;
+        tot_errors += errors;
+    }
+    writeln!(
+        out,
+        "total: {} threads, compared {} instructions, mismatches {}, decode errors {}: {}",
+        threads.len(),
+        tot_compared,
+        tot_mismatch,
+        tot_errors,
+        if failed { "FAIL" } else { "OK" }
+    )
+    .map_err(wr)?;
+    out.flush().map_err(wr)?;
+    Ok(if failed { EXIT_FAIL } else { EXIT_OK })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truth_parsing() {
+        assert_eq!(parse_truth(b"401000\n0x401005\r\n\n401007").unwrap(), vec![0x401000, 0x401005, 0x401007]);
+        assert!(parse_truth(b"401000\nzz\n").unwrap_err().starts_with("line 2:"));
+        assert_eq!(parse_truth(b"").unwrap(), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn comparing() {
+        let c = compare_addrs(&[1, 2, 3], &[1, 2, 3]);
+        assert!(c.ok());
+        assert_eq!(c.compared(), 3);
+        let c = compare_addrs(&[1, 5, 3, 6], &[1, 2, 3, 4]);
+        assert_eq!(c.mismatches, 2);
+        assert_eq!(c.first, Some(FirstMismatch { index: 1, decoded: Some(5), truth: Some(2) }));
+        let c = compare_addrs(&[1, 2], &[1, 2, 3]);
+        assert_eq!(c.mismatches, 0);
+        assert!(!c.ok());
+        assert_eq!(c.first, Some(FirstMismatch { index: 2, decoded: None, truth: Some(3) }));
+        assert_eq!(
+            format_comparison(4, &c, 0),
+            "thread 4: decoded 2, truth 3, mismatches 0, first mismatch at index 2 (decoded <end>, truth 3), decode errors 0"
+        );
+    }
+}

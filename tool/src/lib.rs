@@ -1,0 +1,21 @@
+//! pttrace host tool: dump and decode the Intel PT output written by the
+//! pttrace QEMU plugin, using libipt (via the `libipt` crate).
+//!
+//! Modules:
+//! - [`outdir`]: the output directory (`meta.txt`, `thread-N.pt`, `thread-N.truth`)
+//! - [`code_image`]: `code.img` parsing into a sparse memory image
+//! - [`decode`]: libipt instruction-flow decoding (`pttrace decode`)
+//! - [`compare`]: comparison with ground truth (`pttrace compare`)
+//! - [`dump`]: libipt packet dump (`pttrace dump --libipt`)
+//! - [`dump_core`]: `pttrace dump` (to be served by `pttrace_core::pt::dump`)
+//! - [`cli`]: argument parsing and dispatch
+
+pub mod cli;
+pub mod code_image;
+pub mod compare;
+pub mod decode;
+pub mod dump;
+pub mod dump_core;
+pub mod error;
+pub mod hexfmt;
+pub mod outdir;

@@ -1,0 +1,182 @@
+//! The plugin's output directory: `meta.txt`, `thread-N.pt`, `thread-N.truth`,
+//! `code.img`, `maps.txt`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::code_image::{CodeImage, LoadStats};
+use crate::error::{Result, ToolError};
+
+/// Parsed `meta.txt` (`key=value` lines; unknown keys are kept).
+#[derive(Debug, Default, Clone)]
+pub struct Meta {
+    pub entries: BTreeMap<String, String>,
+    /// `cpu=family/model/stepping`, for libipt's errata configuration.
+    pub cpu: Option<(u16, u8, u8)>,
+    pub warnings: Vec<String>,
+}
+
+fn parse_num(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16).ok()
+    } else {
+        s.parse().ok()
+    }
+}
+
+/// Parse `family/model/stepping` (decimal or `0x` hex components).
+pub fn parse_cpu(s: &str) -> Option<(u16, u8, u8)> {
+    let mut it = s.split('/');
+    let f = u16::try_from(parse_num(it.next()?)?).ok()?;
+    let m = u8::try_from(parse_num(it.next()?)?).ok()?;
+    let st = u8::try_from(parse_num(it.next()?)?).ok()?;
+    it.next().is_none().then_some((f, m, st))
+}
+
+impl Meta {
+    pub fn parse(text: &str) -> Meta {
+        let mut meta = Meta::default();
+        for (no, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            match line.split_once('=') {
+                Some((k, v)) => {
+                    meta.entries.insert(k.trim().to_string(), v.trim().to_string());
+                }
+                None => meta.warnings.push(format!("meta.txt:{}: ignoring line without '='", no + 1)),
+            }
+        }
+        if let Some(c) = meta.entries.get("cpu") {
+            meta.cpu = parse_cpu(c);
+            if meta.cpu.is_none() {
+                let w = format!("meta.txt: cannot parse cpu={c:?} (expected family/model/stepping); ignoring");
+                meta.warnings.push(w);
+            }
+        }
+        if let Some(f) = meta.entries.get("format") {
+            if f != "pttrace-1" {
+                let w = format!("meta.txt: unknown format={f:?} (expected pttrace-1); trying anyway");
+                meta.warnings.push(w);
+            }
+        }
+        meta
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries.get(key).map(String::as_str)
+    }
+}
+
+/// An output directory with its discovered per-thread files.
+#[derive(Debug, Clone)]
+pub struct OutDir {
+    pub path: PathBuf,
+    pub meta: Meta,
+    /// Thread numbers that have a `thread-N.pt`, ascending.
+    pub threads: Vec<u32>,
+    /// Thread numbers that have a `thread-N.truth`, ascending.
+    pub truths: Vec<u32>,
+}
+
+/// `thread-N.<ext>` -> N (N must be a plain decimal number).
+fn thread_number(name: &str, ext: &str) -> Option<u32> {
+    let n = name.strip_prefix("thread-")?.strip_suffix(ext)?.strip_suffix('.')?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok()
+}
+
+impl OutDir {
+    /// Open and scan `path`. `meta.txt` is optional.
+    pub fn open(path: &Path) -> Result<OutDir> {
+        let md = std::fs::metadata(path).map_err(|e| ToolError::io("cannot access", path, e))?;
+        if !md.is_dir() {
+            return Err(ToolError::input(format!("{} is not a directory", path.display())));
+        }
+        let rd = std::fs::read_dir(path).map_err(|e| ToolError::io("cannot list", path, e))?;
+        let mut threads = Vec::new();
+        let mut truths = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| ToolError::io("cannot list", path, e))?;
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(n) = thread_number(name, "pt") {
+                threads.push(n);
+            } else if let Some(n) = thread_number(name, "truth") {
+                truths.push(n);
+            }
+        }
+        threads.sort_unstable();
+        threads.dedup();
+        truths.sort_unstable();
+        truths.dedup();
+
+        let meta_path = path.join("meta.txt");
+        let meta = match std::fs::read(&meta_path) {
+            Ok(bytes) => Meta::parse(&String::from_utf8_lossy(&bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Meta::default(),
+            Err(e) => return Err(ToolError::io("cannot read", &meta_path, e)),
+        };
+        Ok(OutDir { path: path.to_path_buf(), meta, threads, truths })
+    }
+
+    pub fn pt_path(&self, n: u32) -> PathBuf {
+        self.path.join(format!("thread-{n}.pt"))
+    }
+
+    pub fn truth_path(&self, n: u32) -> PathBuf {
+        self.path.join(format!("thread-{n}.truth"))
+    }
+
+    pub fn code_path(&self) -> PathBuf {
+        self.path.join("code.img")
+    }
+
+    pub fn load_code(&self) -> Result<(CodeImage, LoadStats)> {
+        CodeImage::load(&self.code_path())
+    }
+
+    /// libipt CPU for errata, from `meta.txt`'s `cpu=` key.
+    pub fn cpu(&self) -> Option<libipt::enc_dec_builder::Cpu> {
+        self.meta.cpu.map(|(f, m, s)| libipt::enc_dec_builder::Cpu::intel(f, m, s))
+    }
+
+    pub fn read_pt(&self, n: u32) -> Result<Vec<u8>> {
+        let p = self.pt_path(n);
+        std::fs::read(&p).map_err(|e| ToolError::io("cannot read", &p, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(thread_number("thread-1.pt", "pt"), Some(1));
+        assert_eq!(thread_number("thread-12.truth", "truth"), Some(12));
+        assert_eq!(thread_number("thread-12.truth", "pt"), None);
+        assert_eq!(thread_number("thread-.pt", "pt"), None);
+        assert_eq!(thread_number("thread-+1.pt", "pt"), None);
+        assert_eq!(thread_number("thread-1.pt~", "pt"), None);
+        assert_eq!(thread_number("thread-1xpt", "pt"), None);
+    }
+
+    #[test]
+    fn meta() {
+        let m = Meta::parse("format=pttrace-1\nmode=user\nbinary=/bin/x\ncpu=6/85/4\n\n");
+        assert_eq!(m.cpu, Some((6, 85, 4)));
+        assert_eq!(m.get("binary"), Some("/bin/x"));
+        assert!(m.warnings.is_empty());
+        let m = Meta::parse("cpu=6/0x55/4\nformat=other\njunk\n");
+        assert_eq!(m.cpu, Some((6, 0x55, 4)));
+        assert_eq!(m.warnings.len(), 2);
+        let m = Meta::parse("cpu=6/300/4");
+        assert_eq!(m.cpu, None);
+        assert_eq!(m.warnings.len(), 1);
+    }
+}
