@@ -1,0 +1,396 @@
+//! Golden packet streams of the PT model, one test per scenario (names follow libipt's .ptt
+//! scenario names where one exists). Every stream is also checked to decode back through the
+//! project's packet decoder to the same packets.
+
+use pttrace_core::insn_class::{BranchKind, ClassifiedInsn, FarKind};
+use pttrace_core::pt::decode::PacketDecoder;
+use pttrace_core::pt::packet::{ExecMode, IpCompression as C, IpPayload, Packet};
+use pttrace_core::pt::rtit_ctl::{AddrCfg, AddrRange, RtitCtl};
+use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
+use pttrace_core::user_flow::{BlockEnd, UserFlow};
+
+use Packet::*;
+
+fn ip(c: C, payload: u64) -> IpPayload {
+    IpPayload { compression: c, payload }
+}
+
+const NOIP: IpPayload = IpPayload::SUPPRESSED;
+const M64: Packet = ModeExec { mode: ExecMode::Bit64, if_flag: false };
+
+/// User-only branch tracing as `perf record -e intel_pt//u` configures it, without TSC.
+fn user_cfg() -> TraceConfig {
+    let mut ctl = RtitCtl::default();
+    ctl.set_user(true).set_branch_en(true);
+    TraceConfig { ctl, ..TraceConfig::default() }
+}
+
+fn tracer(cfg: TraceConfig, ctx: Context) -> Tracer {
+    Tracer::new(cfg, ctx).with_packet_log()
+}
+
+/// Take the packet log and check that the bytes decode to the same packets.
+fn packets(t: &mut Tracer) -> Vec<Packet> {
+    t.finish();
+    let log = t.take_packet_log();
+    let bytes = t.take_output();
+    let decoded: Vec<Packet> = PacketDecoder::new(&bytes).map(|d| d.expect("decodes").packet).collect();
+    assert_eq!(decoded, log, "bytes and packet log disagree");
+    log
+}
+
+const PSB_PLUS_NO_FUP: [Packet; 3] = [Psb, Cbr { ratio: 24 }, PsbEnd];
+
+fn with_psb(rest: &[Packet]) -> Vec<Packet> {
+    let mut v = PSB_PLUS_NO_FUP.to_vec();
+    v.extend_from_slice(rest);
+    v
+}
+
+#[test]
+fn psb_mode_exec_tip_pge_on_enable_in_traced_context() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.enable(0x401000);
+    assert_eq!(packets(&mut t), with_psb(&[M64, TipPge(ip(C::Update32, 0x401000))]));
+}
+
+#[test]
+fn tsc_in_psb_plus_when_tsc_en() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_tsc_en(true);
+    let mut t = tracer(cfg, Context::USER64);
+    t.set_tsc(0x1234);
+    t.enable(0x401000);
+    let p = packets(&mut t);
+    assert_eq!(&p[..4], &[Psb, Tsc { tsc: 0x1234 }, Cbr { ratio: 24 }, PsbEnd]);
+}
+
+#[test]
+fn loop_tnt_bits_in_retirement_order_and_flushed_before_tip() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.enable(0x401000);
+    let jcc = BranchKind::Conditional { target: 0x401000 };
+    // taken x7 then not-taken: one full TNT of 6, then 2 pending flushed by the TIP.
+    for _ in 0..7 {
+        t.branch(0x401010, 0x401012, jcc, 0x401000);
+    }
+    t.branch(0x401010, 0x401012, jcc, 0x401012);
+    t.branch(0x401012, 0x401014, BranchKind::IndirectJump, 0x401800);
+    assert_eq!(
+        packets(&mut t),
+        with_psb(&[
+            M64,
+            TipPge(ip(C::Update32, 0x401000)),
+            Tnt { bits: 0b111111, count: 6 },
+            Tnt { bits: 0b10, count: 2 },
+            Tip(ip(C::Update16, 0x1800)),
+        ])
+    );
+}
+
+#[test]
+fn call_direct_ret_compressed_and_noretcomp_ret_uncompressed() {
+    for dis_retc in [false, true] {
+        let mut cfg = user_cfg();
+        cfg.ctl.set_dis_retc(dis_retc);
+        let mut t = tracer(cfg, Context::USER64);
+        t.enable(0x401000);
+        t.branch(0x401000, 0x401005, BranchKind::DirectCall { target: 0x402000 }, 0x402000);
+        t.branch(0x402000, 0x402001, BranchKind::Return, 0x401005);
+        let tail = if dis_retc { Tip(ip(C::Update16, 0x1005)) } else { Tnt { bits: 1, count: 1 } };
+        assert_eq!(packets(&mut t), with_psb(&[M64, TipPge(ip(C::Update32, 0x401000)), tail]));
+    }
+}
+
+#[test]
+fn call_indirect_ret_compressed() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.enable(0x401000);
+    t.branch(0x401000, 0x401002, BranchKind::IndirectCall, 0x402000);
+    t.branch(0x402000, 0x402001, BranchKind::Return, 0x401002);
+    assert_eq!(
+        packets(&mut t),
+        with_psb(&[M64, TipPge(ip(C::Update32, 0x401000)), Tip(ip(C::Update16, 0x2000)), Tnt { bits: 1, count: 1 }])
+    );
+}
+
+#[test]
+fn call_with_zero_displacement_is_not_a_call_for_ret_compression() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.enable(0x401000);
+    // call next; pop rax ... ret to a caller-pushed address 0x401005 must not compress.
+    t.branch(0x401000, 0x401005, BranchKind::DirectCall { target: 0x401005 }, 0x401005);
+    t.branch(0x401006, 0x401007, BranchKind::Return, 0x401005);
+    assert_eq!(packets(&mut t), with_psb(&[M64, TipPge(ip(C::Update32, 0x401000)), Tip(ip(C::Update16, 0x1005))]));
+}
+
+#[test]
+fn ret_that_does_not_match_its_call_is_a_tip_and_later_rets_still_decode() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.enable(0x401000);
+    t.branch(0x401000, 0x401005, BranchKind::DirectCall { target: 0x402000 }, 0x402000);
+    t.branch(0x402000, 0x402005, BranchKind::DirectCall { target: 0x403000 }, 0x403000);
+    // longjmp-like: the inner function returns straight to the outer caller's site.
+    t.branch(0x403000, 0x403001, BranchKind::Return, 0x401005);
+    // The stack was cleared, so the next matching-looking RET is not compressed either.
+    t.branch(0x401005, 0x401006, BranchKind::Return, 0x402005);
+    assert_eq!(
+        packets(&mut t),
+        with_psb(&[
+            M64,
+            TipPge(ip(C::Update32, 0x401000)),
+            Tip(ip(C::Update16, 0x1005)),
+            Tip(ip(C::Update16, 0x2005)),
+        ])
+    );
+}
+
+#[test]
+fn sixty_five_nested_calls_leave_the_outermost_ret_uncompressed() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.enable(0x400000);
+    for d in 0..65u64 {
+        let site = 0x400000 + d * 0x10;
+        t.branch(site, site + 5, BranchKind::DirectCall { target: site + 0x10 }, site + 0x10);
+    }
+    for d in (0..65u64).rev() {
+        let site = 0x400000 + d * 0x10;
+        t.branch(0x500000, 0x500001, BranchKind::Return, site + 5);
+    }
+    let p = packets(&mut t);
+    let bits: u32 = p
+        .iter()
+        .map(|p| match p {
+            Tnt { count, .. } => u32::from(*count),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(bits, 64, "64 compressed RETs");
+    assert_eq!(p.last(), Some(&Tip(ip(C::Update16, 0x0005))));
+}
+
+#[test]
+fn syscall_user_only_tip_pgd_noip_then_tip_pge_after_return() {
+    // direct_call-tip_pgd_noip-syscall / syscall-sysret-cpl_3 in libipt's scenarios.
+    let mut t = tracer(user_cfg(), Context::USER64);
+    let mut flow = UserFlow::default();
+    flow.start(&mut t);
+    let mut no_signal = |_pc: u64| None;
+    let syscall = BlockEnd {
+        last: ClassifiedInsn { ip: 0x401010, len: 2, kind: BranchKind::Far(FarKind::Syscall), rep_string: false },
+    };
+    let jmp = BlockEnd {
+        last: ClassifiedInsn {
+            ip: 0x401020,
+            len: 2,
+            kind: BranchKind::DirectJump { target: 0x401000 },
+            rep_string: false,
+        },
+    };
+    flow.block(&mut t, 0x401000, syscall, &mut no_signal);
+    flow.block(&mut t, 0x401012, jmp, &mut no_signal);
+    flow.finish(&mut t);
+    assert_eq!(
+        packets(&mut t),
+        with_psb(&[
+            M64,
+            TipPge(ip(C::Update32, 0x401000)),
+            TipPgd(NOIP),
+            TipPge(ip(C::Update16, 0x1012)),
+        ])
+    );
+}
+
+#[test]
+fn asynchronous_signal_is_fup_of_interrupted_ip_tip_pgd_then_tip_pge_at_handler() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    let mut flow = UserFlow::default();
+    flow.start(&mut t);
+    let jcc = BlockEnd {
+        last: ClassifiedInsn {
+            ip: 0x401008,
+            len: 2,
+            kind: BranchKind::Conditional { target: 0x401000 },
+            rep_string: false,
+        },
+    };
+    let handler_end = BlockEnd {
+        last: ClassifiedInsn { ip: 0x405000, len: 1, kind: BranchKind::Return, rep_string: false },
+    };
+    // The loop block ran, then the kernel delivered a signal before the next block: the frame
+    // says the Jcc was taken (resume at 0x401000).
+    let mut probe = |pc: u64| (pc == 0x405000).then_some(0x401000);
+    flow.block(&mut t, 0x401000, jcc, &mut probe);
+    flow.block(&mut t, 0x405000, handler_end, &mut probe);
+    assert_eq!(flow.stats().signals, 1);
+    assert_eq!(
+        packets(&mut t),
+        with_psb(&[
+            M64,
+            TipPge(ip(C::Update32, 0x401000)),
+            Tnt { bits: 1, count: 1 },
+            Fup(ip(C::Update16, 0x1000)),
+            TipPgd(NOIP),
+            TipPge(ip(C::Update16, 0x5000)),
+        ])
+    );
+}
+
+#[test]
+fn int_n_sends_fup_of_the_int_instruction_itself() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_os(true);
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    let kernel = Context { cpl: 0, ..Context::USER64 };
+    t.async_event(AsyncKind::SoftwareInterrupt { ip: 0x401000 }, 0xffff_ffff_8100_0000, kernel);
+    t.async_event(AsyncKind::Fault { ip: 0xffff_ffff_8100_0000 }, 0xffff_ffff_8100_1000, kernel);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0xffff_ffff_8100_1004 }, 0xffff_ffff_8100_2000, kernel);
+    // OS=1 and ContextEn: PSB+ carries a PIP.
+    assert_eq!(
+        packets(&mut t),
+        [Psb, Pip { cr3: 0, nr: false }, Cbr { ratio: 24 }, PsbEnd]
+            .into_iter()
+            .chain([
+            M64,
+            TipPge(ip(C::Update32, 0x401000)),
+            Fup(ip(C::Update16, 0x1000)),
+            Tip(ip(C::Sext48, 0xffff_8100_0000)),
+            Fup(ip(C::Update16, 0x0000)),
+            Tip(ip(C::Update16, 0x1000)),
+            Fup(ip(C::Update16, 0x1004)),
+            Tip(ip(C::Update16, 0x2000)),
+        ])
+        .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn far_transfer_into_32bit_code_sends_mode_exec_before_tip() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.enable(0x401000);
+    let compat = Context { mode: ExecMode::Bit32, ..Context::USER64 };
+    t.far_transfer(FarKind::FarJmp, 0x8000, compat);
+    assert_eq!(
+        packets(&mut t),
+        with_psb(&[
+            M64,
+            TipPge(ip(C::Update32, 0x401000)),
+            ModeExec { mode: ExecMode::Bit32, if_flag: false },
+            Tip(ip(C::Update32, 0x8000)),
+        ])
+    );
+}
+
+#[test]
+fn pip_on_far_transfer_that_switches_cr3_when_os_is_traced() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_os(true);
+    let k = Context { cpl: 0, cr3: 0x1000, mode: ExecMode::Bit64 };
+    let mut t = tracer(cfg, k);
+    t.enable(0xffff_ffff_8100_0000);
+    let u = Context { cpl: 3, cr3: 0x2000, mode: ExecMode::Bit64 };
+    t.far_transfer(FarKind::Iret, 0x401000, u);
+    let p = packets(&mut t);
+    assert_eq!(&p[..2], &[Psb, Pip { cr3: 0x1000, nr: false }]);
+    assert_eq!(&p[p.len() - 2..], &[Pip { cr3: 0x2000, nr: false }, Tip(ip(C::Sext48, 0x401000))]);
+}
+
+#[test]
+fn psb_period_inserts_psb_plus_with_fup_of_next_ip_and_resets_compression() {
+    let mut t = tracer(user_cfg(), Context::USER64); // PSBFreq 0: every 2 KiB
+    t.enable(0x401000);
+    let mut n = 0;
+    while t.stats().psbs < 2 {
+        // indirect jumps alternating between two targets: 3-byte TIPs
+        let target = if n % 2 == 0 { 0x401100 } else { 0x401200 };
+        t.branch(0x401000, 0x401002, BranchKind::IndirectJump, target);
+        n += 1;
+    }
+    let p = packets(&mut t);
+    let psb_at = p.iter().rposition(|x| *x == Psb).unwrap();
+    let last_target = if (n - 1) % 2 == 0 { 0x401100 } else { 0x401200 };
+    assert_eq!(
+        &p[psb_at..],
+        &[Psb, Cbr { ratio: 24 }, M64, Fup(ip(C::Update32, last_target)), PsbEnd]
+    );
+    // The PSB comes once 2048 bytes were written since the first PSB+ ended.
+    assert!(n > 600 && n < 700, "{n} TIPs before the second PSB");
+}
+
+#[test]
+fn fup_tip_pgd_when_wrmsr_clears_trace_en() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.enable(0x401000);
+    t.branch(0x401000, 0x401002, BranchKind::Conditional { target: 0x401010 }, 0x401010);
+    t.disable(0x401020);
+    assert!(!t.trace_en());
+    assert_eq!(
+        packets(&mut t),
+        with_psb(&[
+            M64,
+            TipPge(ip(C::Update32, 0x401000)),
+            Tnt { bits: 1, count: 1 },
+            Fup(ip(C::Update16, 0x1020)),
+            TipPgd(NOIP),
+        ])
+    );
+}
+
+#[test]
+fn tip_pgd_indirect_jump_out_of_filter_range_and_tip_pge_on_return() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_addr_cfg(0, AddrCfg::Filter);
+    cfg.addr[0] = AddrRange { a: 0x401000, b: 0x401fff };
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    t.branch(0x401000, 0x401002, BranchKind::IndirectJump, 0x500000);
+    t.branch(0x500000, 0x500002, BranchKind::Conditional { target: 0x500010 }, 0x500010); // untraced
+    t.branch(0x500010, 0x500012, BranchKind::IndirectJump, 0x401800);
+    assert_eq!(
+        packets(&mut t),
+        with_psb(&[
+            M64,
+            TipPge(ip(C::Update32, 0x401000)),
+            TipPgd(ip(C::Update32, 0x500000)),
+            TipPge(ip(C::Update32, 0x401800)),
+        ])
+    );
+}
+
+#[test]
+fn psb_stop_trace_stop_range_sets_stopped_and_ends_packets() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_addr_cfg(1, AddrCfg::TraceStop);
+    cfg.addr[1] = AddrRange { a: 0x402000, b: 0x402fff };
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    t.branch(0x401000, 0x401005, BranchKind::DirectCall { target: 0x402000 }, 0x402000);
+    t.branch(0x402000, 0x402002, BranchKind::IndirectJump, 0x401000);
+    assert!(t.stopped());
+    assert!(!t.packet_en());
+    assert_eq!(
+        packets(&mut t),
+        with_psb(&[M64, TipPge(ip(C::Update32, 0x401000)), TipPgd(ip(C::Update16, 0x2000)), TraceStop])
+    );
+}
+
+#[test]
+fn kernel_only_tracing_has_no_packets_in_user_code() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_user(false).set_os(true);
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    t.branch(0x401000, 0x401002, BranchKind::IndirectJump, 0x401100);
+    assert_eq!(packets(&mut t), PSB_PLUS_NO_FUP.to_vec());
+}
+
+#[test]
+fn branch_en_clear_produces_no_cofi_packets() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_branch_en(false);
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    t.branch(0x401000, 0x401002, BranchKind::IndirectJump, 0x401100);
+    assert_eq!(packets(&mut t), PSB_PLUS_NO_FUP.to_vec());
+}
