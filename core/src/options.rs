@@ -112,8 +112,9 @@ impl Options {
             };
             match key {
                 "out" => {
-                    if v.is_empty() {
-                        return err("option 'out': empty directory name".into());
+                    // QEMU turns a bare `out` into `out=on`; that is a forgotten value, not a name.
+                    if v.is_empty() || v == "on" {
+                        return err("option 'out' needs a directory: out=DIR".into());
                     }
                     out = PathBuf::from(v);
                 }
@@ -202,6 +203,7 @@ mod tests {
         assert!(e("psb_period=x").contains("not a number"));
         assert!(e("branch=maybe").contains("not a boolean"));
         assert!(e("out").contains("no value"));
+        assert!(e("out=on").contains("needs a directory"));
         assert!(e("filter=0x2000-0x1000").contains("above its end"));
         assert!(e("filter=0x0000800000000000-0x0000800000000001").contains("canonical"));
         assert!(e("mtc=1").contains("not implemented"));

@@ -194,3 +194,85 @@ impl UserFlow {
         tracer.finish();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pt::packet::{IpCompression, IpPayload, Packet};
+    use crate::pt::rtit_ctl::RtitCtl;
+    use crate::pt::tracer::TraceConfig;
+
+    fn user_tracer() -> Tracer {
+        let mut ctl = RtitCtl::default();
+        ctl.set_user(true).set_branch_en(true);
+        Tracer::new(TraceConfig { ctl, ..TraceConfig::default() }, Context::USER64).with_packet_log()
+    }
+
+    fn end(ip: u64, len: u8, kind: BranchKind, rep_string: bool) -> BlockEnd {
+        BlockEnd { last: ClassifiedInsn { ip, len, kind, rep_string } }
+    }
+
+    fn no_signal(_: u64) -> Option<u64> {
+        None
+    }
+
+    #[test]
+    fn rep_string_reentered_as_a_new_block_produces_no_packets() {
+        let mut t = user_tracer();
+        let mut f = UserFlow::default();
+        f.start(&mut t);
+        let rep = end(0x401010, 2, BranchKind::None, true);
+        f.block(&mut t, 0x401000, rep, &mut no_signal);
+        t.take_packet_log();
+        // QEMU re-enters `rep movsb` at its own address for the next chunk of iterations.
+        f.block(&mut t, 0x401010, rep, &mut no_signal);
+        f.block(&mut t, 0x401012, end(0x401012, 1, BranchKind::Return, false), &mut no_signal);
+        assert_eq!(f.stats().unexplained, 0);
+        assert!(t.take_packet_log().is_empty());
+    }
+
+    #[test]
+    fn unexplained_transition_is_counted_and_kept_decodable() {
+        let mut t = user_tracer();
+        let mut f = UserFlow::default();
+        f.start(&mut t);
+        f.block(&mut t, 0x401000, end(0x401008, 2, BranchKind::None, false), &mut no_signal);
+        t.take_packet_log();
+        f.block(&mut t, 0x409000, end(0x409000, 1, BranchKind::Return, false), &mut no_signal);
+        assert_eq!(f.stats().unexplained, 1);
+        let fup = IpPayload { compression: IpCompression::Update16, payload: 0x100a };
+        let pge = IpPayload { compression: IpCompression::Update16, payload: 0x9000 };
+        assert_eq!(
+            t.take_packet_log(),
+            [Packet::Fup(fup), Packet::TipPgd(IpPayload::SUPPRESSED), Packet::TipPge(pge)]
+        );
+    }
+
+    #[test]
+    fn signal_probe_is_not_consulted_for_explained_direct_flow() {
+        let mut t = user_tracer();
+        let mut f = UserFlow::default();
+        f.start(&mut t);
+        let mut asked = 0;
+        let mut probe = |_pc: u64| {
+            asked += 1;
+            None
+        };
+        let jcc = end(0x401008, 2, BranchKind::Conditional { target: 0x401000 }, false);
+        f.block(&mut t, 0x401000, jcc, &mut probe);
+        f.block(&mut t, 0x401000, jcc, &mut probe);
+        f.block(&mut t, 0x40100a, end(0x40100a, 1, BranchKind::Return, false), &mut probe);
+        assert_eq!(asked, 0);
+    }
+
+    #[test]
+    fn thread_exit_syscall_ends_the_stream_with_tip_pgd() {
+        let mut t = user_tracer();
+        let mut f = UserFlow::default();
+        f.start(&mut t);
+        f.block(&mut t, 0x401000, end(0x401005, 2, BranchKind::Far(FarKind::Syscall), false), &mut no_signal);
+        t.take_packet_log();
+        f.finish(&mut t);
+        assert_eq!(t.take_packet_log(), [Packet::TipPgd(IpPayload::SUPPRESSED)]);
+    }
+}

@@ -22,7 +22,7 @@ use qemu_plugin::{CallbackFlags, PluginId, RegisterDescriptor, TranslationBlock,
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// vCPU indices the per-vCPU table can hold (qemu-x86_64 gives each guest thread a vCPU).
@@ -83,6 +83,26 @@ struct Totals {
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
 
+/// Set in the child of a guest fork(): the writer thread does not exist there, and the child's
+/// trace would interleave with the parent's files, so the child is not traced (reported at exit).
+static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_fork_child() {
+    FORKED_CHILD.store(true, Ordering::Release);
+}
+
+unsafe extern "C" {
+    fn pthread_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+    ) -> std::os::raw::c_int;
+}
+
+fn forked_child() -> bool {
+    FORKED_CHILD.load(Ordering::Relaxed)
+}
+
 /// `[rsp]` at a signal handler's first instruction holds the return address (sa_restorer); the
 /// interrupted RIP is in the rt_sigframe's ucontext: 8 (pretcode) + 40 (uc_flags, uc_link,
 /// uc_stack) + 16 * 8 (r8..rcx, rsp in target_sigcontext_64) bytes above it.
@@ -90,6 +110,9 @@ const SIGFRAME_RIP_OFFSET: u64 = 8 + 40 + 16 * 8;
 
 impl Shared {
     fn on_block(&self, vcpu: VCPUIndex, info: &BlockInfo) {
+        if forked_child() {
+            return;
+        }
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
         let mut guard = slot.lock();
         let Some(v) = guard.as_mut() else { return };
@@ -123,6 +146,9 @@ impl Shared {
     }
 
     fn on_truth(&self, vcpu: VCPUIndex, ip: u64, rep_string: bool) {
+        if forked_child() {
+            return;
+        }
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
         let mut guard = slot.lock();
         let Some(v) = guard.as_mut() else { return };
@@ -168,6 +194,9 @@ impl Shared {
     }
 
     fn vcpu_exit(&self, vcpu: VCPUIndex) {
+        if forked_child() {
+            return;
+        }
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
         let v = slot.lock().take();
         if let Some(v) = v {
@@ -196,20 +225,20 @@ impl Shared {
     }
 
     fn at_exit(&self) {
+        if forked_child() {
+            eprintln!(
+                "pttrace: process {} was forked by the traced program; forked children are not traced",
+                std::process::id()
+            );
+            return;
+        }
         for slot in self.vcpus.iter() {
             let v = slot.lock().take();
             if let Some(v) = v {
                 self.finish(v);
             }
         }
-        let maps = self.maps.lock().join("");
-        self.out.send(FileKey::Code, Vec::new());
-        if let Err(e) = std::fs::write(self.opts.out.join("maps.txt"), maps) {
-            eprintln!("pttrace: writing maps.txt: {e}");
-        }
-        if let Err(e) = write_meta(&self.opts, self.binary.get().map(String::as_str).unwrap_or("")) {
-            eprintln!("pttrace: writing meta.txt: {e}");
-        }
+        self.write_sideband();
         let sync = self.out.sync();
         let t = self.totals.lock();
         eprintln!(
@@ -282,8 +311,43 @@ impl Shared {
         seen.insert(pc, code);
     }
 
+    /// execve replaces the process without running atexit: the calling thread enters the kernel
+    /// now (TIP.PGD), and every buffered byte is written before the syscall runs. If execve
+    /// fails, the thread resumes with a TIP.PGE like after any syscall.
+    fn flush_for_exec(&self, vcpu: VCPUIndex) {
+        for (i, slot) in self.vcpus.iter().enumerate() {
+            let mut guard = slot.lock();
+            let Some(v) = guard.as_mut() else { continue };
+            if i == vcpu as usize {
+                v.flow.finish(&mut v.tracer);
+            }
+            self.out.send(FileKey::Pt(v.thread), v.tracer.take_output());
+            if let Some(buf) = v.truth.as_mut() {
+                self.out.send(FileKey::Truth(v.thread), std::mem::take(buf));
+            }
+        }
+        self.write_sideband();
+        if let Err(e) = self.out.sync() {
+            eprintln!("pttrace: trace output incomplete: {e}");
+        }
+    }
+
+    fn write_sideband(&self) {
+        if let Err(e) = std::fs::write(self.opts.out.join("maps.txt"), self.maps.lock().join("")) {
+            eprintln!("pttrace: writing maps.txt: {e}");
+        }
+        if let Err(e) = write_meta(&self.opts, self.binary.get().map(String::as_str).unwrap_or("")) {
+            eprintln!("pttrace: writing meta.txt: {e}");
+        }
+    }
+
     fn syscall(&self, vcpu: VCPUIndex, num: i64, a: [u64; 6]) {
+        if forked_child() {
+            return;
+        }
         match num {
+            // execve, execveat
+            59 | 322 => self.flush_for_exec(vcpu),
             // rt_sigaction(sig, act, oact, sigsetsize): struct sigaction { handler, flags, restorer, mask }
             13 if a[1] != 0 => {
                 let (Some(handler), Some(restorer)) = (guest::read_u64(a[1]), guest::read_u64(a[1] + 16)) else {
@@ -309,7 +373,7 @@ impl Shared {
     }
 
     fn syscall_return(&self, vcpu: VCPUIndex, num: i64, ret: i64) {
-        if num != 9 {
+        if num != 9 || forked_child() {
             return;
         }
         let Some((len, _prot, fd, off)) = self.pending_mmap.lock().remove(&vcpu) else { return };
@@ -407,6 +471,8 @@ impl Register for PtTrace {
         if SHARED.set(shared).is_err() {
             fail("plugin loaded twice");
         }
+        // SAFETY: registers a plain function; called by the C library in the child after fork().
+        unsafe { pthread_atfork(None, None, Some(on_fork_child)) };
         qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {
             if let Some(sh) = SHARED.get() {
                 sh.at_exit();
