@@ -22,7 +22,7 @@ for p in $programs; do
   if ! "$tool" compare "$dir" >"$dir.compare" 2>&1; then
     echo "FAIL $p:"; cat "$dir.compare"; fail=1
   else
-    n=$(sed -n 's/.*total instructions compared: *\([0-9]*\).*/\1/p' "$dir.compare" | tail -1)
+    n=$(sed -n 's/^total: .*compared \([0-9]*\) instructions.*/\1/p' "$dir.compare" | tail -1)
     echo "ok   $p: ${n:-?} instructions compared, 0 mismatches"
     total=$((total + ${n:-0}))
   fi

@@ -48,15 +48,28 @@ fn usage_err(msg: impl Into<String>) -> ToolError {
 #[derive(Debug)]
 enum Command {
     Help,
-    Dump { file: PathBuf, libipt: bool, raw: bool },
-    Decode { dir: PathBuf, opts: DecodeOptions },
-    Compare { dir: PathBuf, opts: CompareOptions },
+    Dump {
+        file: PathBuf,
+        libipt: bool,
+        raw: bool,
+    },
+    Decode {
+        dir: PathBuf,
+        opts: DecodeOptions,
+    },
+    Compare {
+        dir: PathBuf,
+        opts: CompareOptions,
+    },
 }
 
 fn parse_u32(opt: &str, v: Option<OsString>) -> Result<u32> {
     let v = v.ok_or_else(|| usage_err(format!("{opt} needs a value")))?;
-    let s = v.to_str().ok_or_else(|| usage_err(format!("{opt}: invalid value")))?;
-    s.parse::<u32>().map_err(|_| usage_err(format!("{opt}: expected a non-negative number, got {s:?}")))
+    let s = v
+        .to_str()
+        .ok_or_else(|| usage_err(format!("{opt}: invalid value")))?;
+    s.parse::<u32>()
+        .map_err(|_| usage_err(format!("{opt}: expected a non-negative number, got {s:?}")))
 }
 
 fn parse(args: Vec<OsString>) -> Result<Command> {
@@ -80,16 +93,18 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     while let Some(a) = it.next() {
         let s = a.to_str().map(str::to_string);
         match s.as_deref() {
-            Some(o) if !only_positional && o.starts_with('-') && o.len() > 1 => match (cmd.as_str(), o) {
-                (_, "-h" | "--help") => return Ok(Command::Help),
-                (_, "--") => only_positional = true,
-                ("dump", "--libipt") => libipt = true,
-                ("dump", "--raw") => raw = true,
-                ("decode", "--summary") => summary = true,
-                ("decode" | "compare", "--thread") => thread = Some(parse_u32(o, it.next())?),
-                ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
-                _ => return Err(usage_err(format!("{cmd}: unknown option {o:?}"))),
-            },
+            Some(o) if !only_positional && o.starts_with('-') && o.len() > 1 => {
+                match (cmd.as_str(), o) {
+                    (_, "-h" | "--help") => return Ok(Command::Help),
+                    (_, "--") => only_positional = true,
+                    ("dump", "--libipt") => libipt = true,
+                    ("dump", "--raw") => raw = true,
+                    ("decode", "--summary") => summary = true,
+                    ("decode" | "compare", "--thread") => thread = Some(parse_u32(o, it.next())?),
+                    ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
+                    _ => return Err(usage_err(format!("{cmd}: unknown option {o:?}"))),
+                }
+            }
             _ => positional.push(a),
         }
     }
@@ -98,7 +113,10 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
         return Err(usage_err(if positional.is_empty() {
             format!("{cmd}: missing {what}")
         } else {
-            format!("{cmd}: expected exactly one {what}, got {}", positional.len())
+            format!(
+                "{cmd}: expected exactly one {what}, got {}",
+                positional.len()
+            )
         }));
     }
     let path = PathBuf::from(positional.pop().unwrap());
@@ -107,11 +125,24 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             if raw && !libipt {
                 return Err(usage_err("dump: --raw requires --libipt"));
             }
-            Command::Dump { file: path, libipt, raw }
+            Command::Dump {
+                file: path,
+                libipt,
+                raw,
+            }
         }
-        "decode" => Command::Decode { dir: path, opts: DecodeOptions { thread, summary_only: summary } },
+        "decode" => Command::Decode {
+            dir: path,
+            opts: DecodeOptions {
+                thread,
+                summary_only: summary,
+            },
+        },
         _ => {
-            let mut opts = CompareOptions { thread, ..CompareOptions::default() };
+            let mut opts = CompareOptions {
+                thread,
+                ..CompareOptions::default()
+            };
             if let Some(c) = context {
                 opts.context = c;
             }
@@ -132,7 +163,12 @@ fn run_dump(file: &PathBuf, libipt: bool, raw: bool) -> Result<i32> {
     let r = r.and_then(|o| out.flush().map(|_| o));
     match r {
         Ok(o) => {
-            eprintln!("pttrace: {}: {} packets, {} errors", file.display(), o.packets, o.errors);
+            eprintln!(
+                "pttrace: {}: {} packets, {} errors",
+                file.display(),
+                o.packets,
+                o.errors
+            );
             Ok(if o.errors > 0 { EXIT_FAIL } else { EXIT_OK })
         }
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(EXIT_OK),

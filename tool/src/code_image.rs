@@ -59,7 +59,10 @@ struct Page {
 
 impl Page {
     fn new() -> Box<Self> {
-        Box::new(Page { data: [0; PAGE_SIZE], valid: [0; PAGE_SIZE / 64] })
+        Box::new(Page {
+            data: [0; PAGE_SIZE],
+            valid: [0; PAGE_SIZE / 64],
+        })
     }
     #[inline]
     fn is_valid(&self, i: usize) -> bool {
@@ -137,7 +140,10 @@ impl CodeImageBuilder {
                     Some(last) if last.end() == start && last.end() != u64::MAX => {
                         last.bytes.extend_from_slice(data)
                     }
-                    _ => segments.push(Segment { start, bytes: data.to_vec() }),
+                    _ => segments.push(Segment {
+                        start,
+                        bytes: data.to_vec(),
+                    }),
                 }
             }
         }
@@ -271,8 +277,14 @@ mod tests {
         assert_eq!(
             img.segments(),
             &[
-                Segment { start: 0x0ffe, bytes: vec![7, 7, 1, 2, 9, 9, 9] },
-                Segment { start: 0x2000, bytes: vec![5] },
+                Segment {
+                    start: 0x0ffe,
+                    bytes: vec![7, 7, 1, 2, 9, 9, 9]
+                },
+                Segment {
+                    start: 0x2000,
+                    bytes: vec![5]
+                },
             ]
         );
         assert_eq!(read_all(&img, 0x1001, 15), vec![2, 9, 9, 9]);
@@ -304,7 +316,13 @@ mod tests {
         let mut data = encode_records(&[(0x1000, &[1, 2, 3]), (0x2000, &[4, 5, 6, 7])]);
         data.truncate(data.len() - 2); // cut the second record's body
         let (img, st) = CodeImage::parse(&data).unwrap();
-        assert_eq!(img.segments(), &[Segment { start: 0x1000, bytes: vec![1, 2, 3] }]);
+        assert_eq!(
+            img.segments(),
+            &[Segment {
+                start: 0x1000,
+                bytes: vec![1, 2, 3]
+            }]
+        );
         assert_eq!(st.warnings.len(), 1);
 
         let mut data = encode_records(&[(0x1000, &[1])]);

@@ -71,7 +71,11 @@ pub fn compare_addrs(decoded: &[u64], truth: &[u64]) -> Comparison {
         if decoded[i] != truth[i] {
             mismatches += 1;
             if first.is_none() {
-                first = Some(FirstMismatch { index: i, decoded: Some(decoded[i]), truth: Some(truth[i]) });
+                first = Some(FirstMismatch {
+                    index: i,
+                    decoded: Some(decoded[i]),
+                    truth: Some(truth[i]),
+                });
             }
         }
     }
@@ -82,7 +86,12 @@ pub fn compare_addrs(decoded: &[u64], truth: &[u64]) -> Comparison {
             truth: truth.get(common).copied(),
         });
     }
-    Comparison { decoded: decoded.len(), truth: truth.len(), mismatches, first }
+    Comparison {
+        decoded: decoded.len(),
+        truth: truth.len(),
+        mismatches,
+        first,
+    }
 }
 
 fn opt_hex(v: Option<u64>) -> String {
@@ -120,18 +129,33 @@ pub struct CompareOptions {
 
 impl Default for CompareOptions {
     fn default() -> Self {
-        CompareOptions { thread: None, context: 3 }
+        CompareOptions {
+            thread: None,
+            context: 3,
+        }
     }
 }
 
-fn write_context<W: Write>(out: &mut W, d: &[u64], t: &[u64], f: &FirstMismatch, ctx: usize) -> std::io::Result<()> {
+fn write_context<W: Write>(
+    out: &mut W,
+    d: &[u64],
+    t: &[u64],
+    f: &FirstMismatch,
+    ctx: usize,
+) -> std::io::Result<()> {
     let lo = f.index.saturating_sub(ctx);
     let hi = (f.index + ctx + 1).min(d.len().max(t.len()));
     writeln!(out, "  {:>10}  {:>16}  {:>16}", "index", "decoded", "truth")?;
     for i in lo..hi {
         let (a, b) = (d.get(i).copied(), t.get(i).copied());
         let mark = if a != b { "  <==" } else { "" };
-        writeln!(out, "  {:>10}  {:>16}  {:>16}{mark}", i, opt_hex(a), opt_hex(b))?;
+        writeln!(
+            out,
+            "  {:>10}  {:>16}  {:>16}{mark}",
+            i,
+            opt_hex(a),
+            opt_hex(b)
+        )?;
     }
     Ok(())
 }
@@ -142,7 +166,10 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
     let threads: Vec<u32> = match opts.thread {
         Some(n) => {
             if !dir.truths.contains(&n) {
-                return Err(ToolError::input(format!("{} not found", dir.truth_path(n).display())));
+                return Err(ToolError::input(format!(
+                    "{} not found",
+                    dir.truth_path(n).display()
+                )));
             }
             vec![n]
         }
@@ -154,27 +181,38 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
             dir.path.display()
         )));
     }
-    for n in &dir.threads {
-        if opts.thread.is_none() && !dir.truths.contains(n) {
-            writeln!(out, "thread {n}: no truth file, skipped").map_err(wr)?;
-        }
-    }
     let (code, load) = dir.load_code()?;
     print_load_warnings(dir, &load.warnings);
     let code = Rc::new(code);
     let cpu = dir.cpu();
 
+    // Threads with a trace but no truth are listed (in order) as skipped.
+    let mut listed: Vec<u32> = threads.clone();
+    if opts.thread.is_none() {
+        listed.extend(dir.threads.iter().filter(|n| !dir.truths.contains(n)));
+        listed.sort_unstable();
+    }
+
     let mut failed = false;
     let (mut tot_compared, mut tot_mismatch, mut tot_errors) = (0u64, 0u64, 0u64);
-    for &n in &threads {
+    for &n in &listed {
+        if !threads.contains(&n) {
+            writeln!(out, "thread {n}: no truth file, skipped").map_err(wr)?;
+            continue;
+        }
         let truth = load_truth(&dir.truth_path(n))?;
         let (decoded, errors) = if dir.threads.contains(&n) {
             let trace = dir.read_pt(n)?;
             let mut printed = 0;
-            let (ips, stats) = decode_to_vec(&trace, &code, cpu, |e| print_decode_error(n, e, &mut printed));
+            let (ips, stats) = decode_to_vec(&trace, &code, cpu, |e| {
+                print_decode_error(n, e, &mut printed)
+            });
             (ips, stats.errors)
         } else {
-            eprintln!("pttrace: thread {n}: {} is missing", dir.pt_path(n).display());
+            eprintln!(
+                "pttrace: thread {n}: {} is missing",
+                dir.pt_path(n).display()
+            );
             (Vec::new(), 1)
         };
         let c = compare_addrs(&decoded, &truth);
@@ -209,8 +247,13 @@ mod tests {
 
     #[test]
     fn truth_parsing() {
-        assert_eq!(parse_truth(b"401000\n0x401005\r\n\n401007").unwrap(), vec![0x401000, 0x401005, 0x401007]);
-        assert!(parse_truth(b"401000\nzz\n").unwrap_err().starts_with("line 2:"));
+        assert_eq!(
+            parse_truth(b"401000\n0x401005\r\n\n401007").unwrap(),
+            vec![0x401000, 0x401005, 0x401007]
+        );
+        assert!(parse_truth(b"401000\nzz\n")
+            .unwrap_err()
+            .starts_with("line 2:"));
         assert_eq!(parse_truth(b"").unwrap(), Vec::<u64>::new());
     }
 
@@ -221,11 +264,25 @@ mod tests {
         assert_eq!(c.compared(), 3);
         let c = compare_addrs(&[1, 5, 3, 6], &[1, 2, 3, 4]);
         assert_eq!(c.mismatches, 2);
-        assert_eq!(c.first, Some(FirstMismatch { index: 1, decoded: Some(5), truth: Some(2) }));
+        assert_eq!(
+            c.first,
+            Some(FirstMismatch {
+                index: 1,
+                decoded: Some(5),
+                truth: Some(2)
+            })
+        );
         let c = compare_addrs(&[1, 2], &[1, 2, 3]);
         assert_eq!(c.mismatches, 0);
         assert!(!c.ok());
-        assert_eq!(c.first, Some(FirstMismatch { index: 2, decoded: None, truth: Some(3) }));
+        assert_eq!(
+            c.first,
+            Some(FirstMismatch {
+                index: 2,
+                decoded: None,
+                truth: Some(3)
+            })
+        );
         assert_eq!(
             format_comparison(4, &c, 0),
             "thread 4: decoded 2, truth 3, mismatches 0, first mismatch at index 2 (decoded <end>, truth 3), decode errors 0"

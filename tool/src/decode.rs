@@ -1,26 +1,32 @@
-//! Instruction-flow reconstruction with libipt's `InsnDecoder`, memory
-//! supplied from `code.img` through the image read-memory callback.
+//! Instruction-flow reconstruction with libipt's instruction flow decoder
+//! (`pt_insn_*`, see [`crate::insn_ffi`]), memory supplied from `code.img`
+//! through the image read-memory callback.
 //!
 //! Loop: `sync_forward`; loop { drain events while the status says
-//! `EVENT_PENDING`; `decode_next`; emit ip }. `Eos` ends the stream; any
-//! other error is reported, counted, and followed by a `sync_forward` resync.
+//! `EVENT_PENDING`; `pt_insn_next`; emit ip }. Like ptxed, an instruction
+//! returned together with an error is still emitted if libipt decoded it
+//! (`iclass != ptic_error`). `Eos` ends the stream; any other error is
+//! reported, counted, and followed by a `sync_forward` resync.
 
 use std::io::{self, Write};
 use std::rc::Rc;
 
-use libipt::asid::Asid;
-use libipt::enc_dec_builder::{Cpu, PtEncoderDecoder};
 use libipt::error::{PtError, PtErrorCode};
-use libipt::insn::InsnDecoder;
 use libipt::status::Status;
 
 use crate::code_image::CodeImage;
 use crate::error::{pt_err, Result, ToolError, EXIT_FAIL, EXIT_OK};
 use crate::hexfmt::write_hex_line;
+use crate::insn_ffi::RawInsnDecoder;
 use crate::outdir::OutDir;
 
 /// At most this many decode errors are printed per stream (all are counted).
 pub const MAX_PRINTED_ERRORS: u64 = 20;
+
+/// Give up (error + resync) if libipt emits this many instructions without
+/// consuming any trace: only possible when the code image has a cycle of
+/// direct branches (e.g. `jmp .`), which libipt would follow forever.
+pub const MAX_INSNS_WITHOUT_TRACE: u64 = 1 << 24;
 
 /// A decode error inside one stream.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,11 +40,19 @@ pub struct DecodeError {
 
 impl DecodeError {
     fn from_pt(offset: Option<u64>, e: &PtError) -> Self {
-        DecodeError { offset, code: Some(e.code()), message: pt_err(e) }
+        DecodeError {
+            offset,
+            code: Some(e.code()),
+            message: pt_err(e),
+        }
     }
 
     fn tool(offset: Option<u64>, message: String) -> Self {
-        DecodeError { offset, code: None, message }
+        DecodeError {
+            offset,
+            code: None,
+            message,
+        }
     }
 
     pub fn offset_str(&self) -> String {
@@ -56,25 +70,12 @@ pub struct StreamStats {
     pub errors: u64,
     /// Number of (re)synchronizations at a PSB.
     pub syncs: u64,
-}
-
-/// Make the read-memory callback for libipt's image: copies from the sparse
-/// code image; returns the number of bytes copied, or `-pte_nomap`.
-///
-/// libipt asks for up to 15 bytes at an instruction's IP; a short read at a
-/// segment end is fine (libipt then asks for the remainder at the next address).
-fn read_memory_callback(code: Rc<CodeImage>) -> impl FnMut(&mut [u8], u64, Asid) -> i32 {
-    let mut hint = 0usize;
-    move |buf: &mut [u8], addr: u64, _asid: Asid| -> i32 {
-        match code.read(addr, buf, &mut hint) {
-            0 => -(PtErrorCode::Nomap as i32),
-            n => n as i32,
-        }
-    }
+    /// Number of overflow (OVF) events.
+    pub overflows: u64,
 }
 
 /// Current trace offset for error messages.
-fn cur_offset(dec: &InsnDecoder) -> Option<u64> {
+fn cur_offset(dec: &RawInsnDecoder) -> Option<u64> {
     dec.offset().ok().or_else(|| dec.sync_offset().ok())
 }
 
@@ -91,7 +92,7 @@ enum Step {
 pub fn decode_stream<F, E>(
     trace: &[u8],
     code: &Rc<CodeImage>,
-    cpu: Option<Cpu>,
+    cpu: Option<(u16, u8, u8)>,
     mut on_ip: F,
     mut on_error: E,
 ) -> io::Result<StreamStats>
@@ -99,40 +100,46 @@ where
     F: FnMut(u64) -> io::Result<()>,
     E: FnMut(&DecodeError),
 {
-    let mut ctx = Ctx { stats: StreamStats::default(), on_error: &mut on_error, last_sync: None };
+    let mut ctx = Ctx {
+        stats: StreamStats::default(),
+        on_error: &mut on_error,
+        last_sync: None,
+    };
     if trace.is_empty() {
         return Ok(ctx.stats);
     }
 
-    let mut builder = InsnDecoder::builder();
-    if let Some(cpu) = cpu {
-        builder = builder.cpu(cpu);
-    }
-    // SAFETY: `trace` outlives `dec` (dropped at the end of this function)
-    // and libipt only reads the trace buffer (the `*mut` is an API artefact).
-    let builder = unsafe { builder.buffer_from_raw(trace.as_ptr() as *mut u8, trace.len()) };
-    let mut dec = match builder.build() {
+    let mut dec = match RawInsnDecoder::new(trace, Rc::clone(code), cpu) {
         Ok(d) => d,
         Err(e) => {
             ctx.report(DecodeError::from_pt(None, &e));
             return Ok(ctx.stats);
         }
     };
-    // The decoder's default image lives as long as the decoder; the boxed
-    // callback is stored in it.
-    dec.image().set_callback(Some(read_memory_callback(Rc::clone(code))));
 
     let mut status = match ctx.resync(&mut dec, true) {
         Step::Go(st) => st,
         Step::Stop => return Ok(ctx.stats),
     };
 
+    // Stuck-decoder guard, see MAX_INSNS_WITHOUT_TRACE.
+    let mut guard_off = dec.offset().ok();
+    let mut guard_count = 0u64;
+
     'stream: loop {
         // libipt requires all pending events to be fetched before decode_next.
         while status.event_pending() {
             match dec.event() {
-                Ok((_event, st)) => status = st,
-                Err(e) if e.code() == PtErrorCode::Eos => break 'stream,
+                Ok((event, st)) => {
+                    if event.is_overflow() {
+                        ctx.stats.overflows += 1;
+                    }
+                    status = st;
+                }
+                Err(e) if e.code() == PtErrorCode::Eos => {
+                    ctx.check_trailing(&dec, trace.len());
+                    break 'stream;
+                }
                 Err(e) => {
                     ctx.report(DecodeError::from_pt(cur_offset(&dec), &e));
                     match ctx.resync(&mut dec, false) {
@@ -145,13 +152,39 @@ where
                 }
             }
         }
-        match dec.decode_next() {
-            Ok((insn, st)) => {
-                ctx.stats.instructions += 1;
-                on_ip(insn.ip())?;
-                status = st;
+        let next = dec.next_insn();
+        if let Some(ip) = next.ip {
+            ctx.stats.instructions += 1;
+            on_ip(ip)?;
+        }
+        guard_count += 1;
+        if guard_count & 0xfff == 0 {
+            let off = dec.offset().ok();
+            if off != guard_off {
+                guard_off = off;
+                guard_count = 0;
+            } else if guard_count >= MAX_INSNS_WITHOUT_TRACE {
+                ctx.report(DecodeError::tool(
+                    off,
+                    format!("{guard_count} instructions decoded without consuming trace (endless loop of direct branches in code.img?)"),
+                ));
+                match ctx.resync(&mut dec, false) {
+                    Step::Go(st) => {
+                        status = st;
+                        guard_off = dec.offset().ok();
+                        guard_count = 0;
+                        continue 'stream;
+                    }
+                    Step::Stop => break 'stream,
+                }
             }
-            Err(e) if e.code() == PtErrorCode::Eos => break,
+        }
+        match next.result {
+            Ok(st) => status = st,
+            Err(e) if e.code() == PtErrorCode::Eos => {
+                ctx.check_trailing(&dec, trace.len());
+                break;
+            }
             Err(e) => {
                 ctx.report(DecodeError::from_pt(cur_offset(&dec), &e));
                 match ctx.resync(&mut dec, false) {
@@ -177,9 +210,25 @@ impl<E: FnMut(&DecodeError)> Ctx<'_, E> {
         (self.on_error)(&e);
     }
 
+    /// At end of stream: libipt treats a packet cut off by the end of the
+    /// buffer as plain end-of-stream; report the undecoded tail.
+    fn check_trailing(&mut self, dec: &RawInsnDecoder, len: usize) {
+        if let Ok(off) = dec.offset() {
+            if off < len as u64 {
+                self.report(DecodeError::tool(
+                    Some(off),
+                    format!(
+                        "trace ends with a truncated packet ({} bytes left undecoded)",
+                        len as u64 - off
+                    ),
+                ));
+            }
+        }
+    }
+
     /// Synchronize (`first`) or resynchronize after an error at the next PSB.
     /// Guarantees forward progress: gives up if the sync point does not advance.
-    fn resync(&mut self, dec: &mut InsnDecoder, mut first: bool) -> Step {
+    fn resync(&mut self, dec: &mut RawInsnDecoder, mut first: bool) -> Step {
         loop {
             let r = dec.sync_forward();
             if let Err(e) = &r {
@@ -208,7 +257,9 @@ impl<E: FnMut(&DecodeError)> Ctx<'_, E> {
                 Ok(st) => {
                     self.stats.syncs += 1;
                     if first && off != Some(0) {
-                        let at = off.map(|o| format!("0x{o:x}")).unwrap_or_else(|| "?".into());
+                        let at = off
+                            .map(|o| format!("0x{o:x}"))
+                            .unwrap_or_else(|| "?".into());
                         self.report(DecodeError::tool(
                             Some(0),
                             format!(
@@ -235,7 +286,7 @@ impl<E: FnMut(&DecodeError)> Ctx<'_, E> {
 pub fn decode_to_vec<E: FnMut(&DecodeError)>(
     trace: &[u8],
     code: &Rc<CodeImage>,
-    cpu: Option<Cpu>,
+    cpu: Option<(u16, u8, u8)>,
     on_error: E,
 ) -> (Vec<u64>, StreamStats) {
     let mut ips = Vec::new();
@@ -249,7 +300,7 @@ pub fn decode_to_vec<E: FnMut(&DecodeError)>(
         },
         on_error,
     )
-    .expect("collecting into a Vec cannot fail");
+    .unwrap_or_default(); // the sink above never fails
     (ips, stats)
 }
 
@@ -258,9 +309,15 @@ pub fn decode_to_vec<E: FnMut(&DecodeError)>(
 pub fn print_decode_error(thread: u32, e: &DecodeError, printed: &mut u64) {
     *printed += 1;
     if *printed <= MAX_PRINTED_ERRORS {
-        eprintln!("pttrace: thread {thread}: decode error at offset {}: {}", e.offset_str(), e.message);
+        eprintln!(
+            "pttrace: thread {thread}: decode error at offset {}: {}",
+            e.offset_str(),
+            e.message
+        );
     } else if *printed == MAX_PRINTED_ERRORS + 1 {
-        eprintln!("pttrace: thread {thread}: further decode errors not shown (see summary for the count)");
+        eprintln!(
+            "pttrace: thread {thread}: further decode errors not shown (see summary for the count)"
+        );
     }
 }
 
@@ -285,7 +342,10 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
     let threads: Vec<u32> = match opts.thread {
         Some(n) => {
             if !dir.threads.contains(&n) {
-                return Err(ToolError::input(format!("{} not found", dir.pt_path(n).display())));
+                return Err(ToolError::input(format!(
+                    "{} not found",
+                    dir.pt_path(n).display()
+                )));
             }
             vec![n]
         }
@@ -315,7 +375,13 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             &trace,
             &code,
             cpu,
-            |ip| if opts.summary_only { Ok(()) } else { write_hex_line(out, ip) },
+            |ip| {
+                if opts.summary_only {
+                    Ok(())
+                } else {
+                    write_hex_line(out, ip)
+                }
+            },
             |e| print_decode_error(n, e, &mut printed),
         );
         let stats = match res {
@@ -326,8 +392,13 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             }
             Err(e) => return Err(out_err(e)),
         };
+        let ovf = if stats.overflows > 0 {
+            format!(", {} overflows", stats.overflows)
+        } else {
+            String::new()
+        };
         eprintln!(
-            "pttrace: thread {n}: {} instructions, {} errors, {} bytes of trace",
+            "pttrace: thread {n}: {} instructions, {} errors{ovf}, {} bytes of trace",
             stats.instructions,
             stats.errors,
             trace.len()

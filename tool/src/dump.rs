@@ -1,5 +1,5 @@
-//! ptdump-style packet dump using libipt's packet decoder
-//! (`libipt::packet::PacketDecoder`).
+//! ptdump-style packet dump using libipt's packet decoder (`pt_pkt_*`, see
+//! [`crate::pkt_ffi`] for why not the libipt crate's `PacketDecoder`).
 //!
 //! Line format: `<offset:016x>  <name padded to 10> <payload>`, e.g.
 //! `0000000000000010  tip.pge    3: ????000000401000, ip=0000000000401000`.
@@ -10,11 +10,11 @@
 
 use std::io::{self, Write};
 
-use libipt::enc_dec_builder::PtEncoderDecoder;
 use libipt::error::{PtError, PtErrorCode};
-use libipt::packet::{Compression, Packet, PacketDecoder, Payload};
+use libipt_sys as sys;
 
 use crate::error::pt_err;
+use crate::pkt_ffi::{RawPacket, RawPacketDecoder};
 
 /// Counts from a dump. The dump is clean iff `errors == 0`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -29,20 +29,57 @@ pub struct DumpOptions {
     pub raw: bool,
 }
 
+/// IP compression (`pt_ip_compression` / the IPBytes field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ipc {
+    Suppressed,
+    Update16,
+    Update32,
+    Sext48,
+    Update48,
+    Full,
+}
+
+impl Ipc {
+    pub fn from_raw(ipc: u32) -> Option<Ipc> {
+        Some(match ipc {
+            sys::pt_ip_compression_pt_ipc_suppressed => Ipc::Suppressed,
+            sys::pt_ip_compression_pt_ipc_update_16 => Ipc::Update16,
+            sys::pt_ip_compression_pt_ipc_update_32 => Ipc::Update32,
+            sys::pt_ip_compression_pt_ipc_sext_48 => Ipc::Sext48,
+            sys::pt_ip_compression_pt_ipc_update_48 => Ipc::Update48,
+            sys::pt_ip_compression_pt_ipc_full => Ipc::Full,
+            _ => return None,
+        })
+    }
+
+    /// (IPBytes code as printed, number of payload bytes)
+    fn code_and_bytes(self) -> (u32, usize) {
+        match self {
+            Ipc::Suppressed => (0, 0),
+            Ipc::Update16 => (1, 2),
+            Ipc::Update32 => (2, 4),
+            Ipc::Sext48 => (3, 6),
+            Ipc::Update48 => (4, 6),
+            Ipc::Full => (6, 8),
+        }
+    }
+}
+
 /// Last-IP state for IP reconstruction (SDM "IP compression").
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LastIp(pub u64);
 
 impl LastIp {
     /// Apply an IP packet payload; returns the full IP unless suppressed.
-    pub fn update(&mut self, ip: u64, c: Compression) -> Option<u64> {
+    pub fn update(&mut self, ip: u64, c: Ipc) -> Option<u64> {
         let v = match c {
-            Compression::Suppressed => return None,
-            Compression::Update16 => (self.0 & !0xffff) | (ip & 0xffff),
-            Compression::Update32 => (self.0 & !0xffff_ffff) | (ip & 0xffff_ffff),
-            Compression::Sext48 => (((ip << 16) as i64) >> 16) as u64,
-            Compression::Update48 => (self.0 & !0xffff_ffff_ffff) | (ip & 0xffff_ffff_ffff),
-            Compression::Full => ip,
+            Ipc::Suppressed => return None,
+            Ipc::Update16 => (self.0 & !0xffff) | (ip & 0xffff),
+            Ipc::Update32 => (self.0 & !0xffff_ffff) | (ip & 0xffff_ffff),
+            Ipc::Sext48 => (((ip << 16) as i64) >> 16) as u64,
+            Ipc::Update48 => (self.0 & !0xffff_ffff_ffff) | (ip & 0xffff_ffff_ffff),
+            Ipc::Full => ip,
         };
         self.0 = v;
         Some(v)
@@ -50,114 +87,159 @@ impl LastIp {
 }
 
 /// `3: ????000000401000, ip=0000000000401000`
-fn fmt_ip(last: &mut LastIp, ip: u64, c: Compression) -> String {
-    let (code, known_bytes) = match c {
-        Compression::Suppressed => (0, 0),
-        Compression::Update16 => (1, 2),
-        Compression::Update32 => (2, 4),
-        Compression::Sext48 => (3, 6),
-        Compression::Update48 => (4, 6),
-        Compression::Full => (6, 8),
+fn fmt_ip(last: &mut LastIp, p: &sys::pt_packet_ip) -> String {
+    let Some(c) = Ipc::from_raw(p.ipc) else {
+        return format!("ipc {}: {:x}", p.ipc, p.ip);
     };
-    let hex = format!("{ip:016x}");
+    let (code, known_bytes) = c.code_and_bytes();
+    let hex = format!("{:016x}", p.ip);
     let unknown = 16 - 2 * known_bytes;
     let shown: String = "?".repeat(unknown) + &hex[unknown..];
-    match last.update(ip, c) {
+    match last.update(p.ip, c) {
         Some(full) => format!("{code}: {shown}, ip={full:016x}"),
         None => format!("{code}: {shown}"),
     }
 }
 
 fn tnt_string(bits: u64, size: u32) -> String {
-    (0..size).rev().map(|i| if bits >> i & 1 != 0 { '!' } else { '.' }).collect()
+    (0..size.min(64))
+        .rev()
+        .map(|i| if bits >> i & 1 != 0 { '!' } else { '.' })
+        .collect()
 }
 
-/// TNT.64 from its raw 8 bytes (the crate's `Tnt64::payload()` returns only
-/// the low 8 bits, so we decode the 48-bit payload ourselves).
-fn tnt64_string(raw: &[u8]) -> String {
-    if raw.len() != 8 {
-        return "?".into();
+fn flag(on: u32, name: &str) -> String {
+    if on != 0 {
+        format!(", {name}")
+    } else {
+        String::new()
     }
-    let mut p = [0u8; 8];
-    p[..6].copy_from_slice(&raw[2..8]);
-    let payload = u64::from_le_bytes(p);
-    if payload == 0 {
-        return "?".into();
-    }
-    let stop = 63 - payload.leading_zeros();
-    tnt_string(payload & ((1u64 << stop) - 1), stop)
 }
 
 /// Name and payload text of one packet.
-fn describe(pkt: &Packet<()>, raw: &[u8], last: &mut LastIp) -> (&'static str, String) {
-    match pkt {
-        Packet::Invalid(_) => ("invalid", String::new()),
-        Packet::Psbend(_) => ("psbend", String::new()),
-        Packet::Stop(_) => ("stop", String::new()),
-        Packet::Pad(_) => ("pad", String::new()),
-        Packet::Psb(_) => {
-            *last = LastIp::default();
-            ("psb", String::new())
-        }
-        Packet::Ovf(_) => ("ovf", String::new()),
-        Packet::Unknown(_) => ("unknown", String::new()),
-        Packet::Fup(p) => ("fup", fmt_ip(last, p.fup(), p.compression())),
-        Packet::Tip(p) => ("tip", fmt_ip(last, p.tip(), p.compression())),
-        Packet::TipPge(p) => ("tip.pge", fmt_ip(last, p.tippge(), p.compression())),
-        Packet::TipPgd(p) => ("tip.pgd", fmt_ip(last, p.tippgd(), p.compression())),
-        Packet::Tnt8(p) => ("tnt.8", tnt_string(p.payload() as u64, p.bitsize() as u32)),
-        Packet::Tnt64(_) => ("tnt.64", tnt64_string(raw)),
-        Packet::Mode(m) => match m.payload() {
-            Payload::Exec(e) => {
-                let mut v = Vec::new();
-                if e.contains(libipt::packet::Exec::CSL) {
-                    v.push("cs.l");
-                }
-                if e.contains(libipt::packet::Exec::CSD) {
-                    v.push("cs.d");
-                }
-                ("mode.exec", v.join(" "))
+fn describe(pkt: &RawPacket, last: &mut LastIp) -> (&'static str, String) {
+    // SAFETY: each arm reads the union member that libipt documents for
+    // the packet's type.
+    unsafe {
+        let pl = &pkt.payload;
+        match pkt.type_ {
+            sys::pt_packet_type_ppt_invalid => ("invalid", String::new()),
+            sys::pt_packet_type_ppt_unknown => ("unknown", String::new()),
+            sys::pt_packet_type_ppt_pad => ("pad", String::new()),
+            sys::pt_packet_type_ppt_psb => {
+                *last = LastIp::default();
+                ("psb", String::new())
             }
-            Payload::Tsx(t) => {
-                let mut v = Vec::new();
-                if t.contains(libipt::packet::Tsx::INTX) {
-                    v.push("intx");
-                }
-                if t.contains(libipt::packet::Tsx::ABRT) {
-                    v.push("abrt");
-                }
-                ("mode.tsx", v.join(" "))
+            sys::pt_packet_type_ppt_psbend => ("psbend", String::new()),
+            sys::pt_packet_type_ppt_fup => ("fup", fmt_ip(last, &pl.ip)),
+            sys::pt_packet_type_ppt_tip => ("tip", fmt_ip(last, &pl.ip)),
+            sys::pt_packet_type_ppt_tip_pge => ("tip.pge", fmt_ip(last, &pl.ip)),
+            sys::pt_packet_type_ppt_tip_pgd => ("tip.pgd", fmt_ip(last, &pl.ip)),
+            sys::pt_packet_type_ppt_tnt_8 => {
+                ("tnt.8", tnt_string(pl.tnt.payload, pl.tnt.bit_size as u32))
             }
-        },
-        Packet::Pip(p) => ("pip", format!("cr3 {:016x}{}", p.cr3(), if p.nr() { ", nr" } else { "" })),
-        Packet::Vmcs(p) => ("vmcs", format!("{:x}", p.base())),
-        Packet::Cbr(p) => ("cbr", format!("{:x}", p.ratio())),
-        Packet::Tsc(p) => ("tsc", format!("{:x}", p.tsc())),
-        Packet::Tma(p) => ("tma", format!("ctc {:x}, fc {:x}", p.ctc(), p.fc())),
-        Packet::Mtc(p) => ("mtc", format!("{:x}", p.ctc())),
-        Packet::Cyc(p) => ("cyc", format!("{:x}", p.value())),
-        Packet::Mnt(p) => ("mnt", format!("{:x}", p.payload())),
-        Packet::Exstop(p) => ("exstop", if p.ip() { "ip".into() } else { String::new() }),
-        Packet::Mwait(p) => ("mwait", format!("hints {:x}, ext {:x}", p.hints(), p.ext())),
-        Packet::Pwre(p) => (
-            "pwre",
-            format!("c{}.{}{}", p.state(), p.substate(), if p.hw() { ", hw" } else { "" }),
-        ),
-        Packet::Pwrx(p) => (
-            "pwrx",
-            format!(
-                "last c{}, deepest c{}{}{}{}",
-                p.last(),
-                p.deepest(),
-                if p.interrupt() { ", int" } else { "" },
-                if p.store() { ", st" } else { "" },
-                if p.autonomous() { ", hw" } else { "" }
+            sys::pt_packet_type_ppt_tnt_64 => {
+                ("tnt.64", tnt_string(pl.tnt.payload, pl.tnt.bit_size as u32))
+            }
+            sys::pt_packet_type_ppt_mode => match pl.mode.leaf {
+                sys::pt_mode_leaf_pt_mol_exec => {
+                    let e = &pl.mode.bits.exec;
+                    let mut v = Vec::new();
+                    if e.csl() != 0 {
+                        v.push("cs.l");
+                    }
+                    if e.csd() != 0 {
+                        v.push("cs.d");
+                    }
+                    ("mode.exec", v.join(" "))
+                }
+                sys::pt_mode_leaf_pt_mol_tsx => {
+                    let t = &pl.mode.bits.tsx;
+                    let mut v = Vec::new();
+                    if t.intx() != 0 {
+                        v.push("intx");
+                    }
+                    if t.abrt() != 0 {
+                        v.push("abrt");
+                    }
+                    ("mode.tsx", v.join(" "))
+                }
+                leaf => ("mode", format!("leaf {leaf:x}")),
+            },
+            sys::pt_packet_type_ppt_pip => (
+                "pip",
+                format!("cr3 {:016x}{}", pl.pip.cr3, flag(pl.pip.nr(), "nr")),
             ),
-        ),
-        Packet::Ptw(p) => (
-            "ptw",
-            format!("{}: {:x}{}", p.plc(), p.payload(), if p.ip() { ", ip" } else { "" }),
-        ),
+            sys::pt_packet_type_ppt_vmcs => ("vmcs", format!("{:x}", pl.vmcs.base)),
+            sys::pt_packet_type_ppt_cbr => ("cbr", format!("{:x}", pl.cbr.ratio)),
+            sys::pt_packet_type_ppt_tsc => ("tsc", format!("{:x}", pl.tsc.tsc)),
+            sys::pt_packet_type_ppt_tma => {
+                ("tma", format!("ctc {:x}, fc {:x}", pl.tma.ctc, pl.tma.fc))
+            }
+            sys::pt_packet_type_ppt_mtc => ("mtc", format!("{:x}", pl.mtc.ctc)),
+            sys::pt_packet_type_ppt_cyc => ("cyc", format!("{:x}", pl.cyc.value)),
+            sys::pt_packet_type_ppt_stop => ("stop", String::new()),
+            sys::pt_packet_type_ppt_ovf => ("ovf", String::new()),
+            sys::pt_packet_type_ppt_mnt => ("mnt", format!("{:x}", pl.mnt.payload)),
+            sys::pt_packet_type_ppt_exstop => (
+                "exstop",
+                if pl.exstop.ip() != 0 {
+                    "ip".into()
+                } else {
+                    String::new()
+                },
+            ),
+            sys::pt_packet_type_ppt_mwait => (
+                "mwait",
+                format!("hints {:x}, ext {:x}", pl.mwait.hints, pl.mwait.ext),
+            ),
+            sys::pt_packet_type_ppt_pwre => (
+                "pwre",
+                format!(
+                    "c{}.{}{}",
+                    pl.pwre.state,
+                    pl.pwre.sub_state,
+                    flag(pl.pwre.hw(), "hw")
+                ),
+            ),
+            sys::pt_packet_type_ppt_pwrx => {
+                let p = &pl.pwrx;
+                (
+                    "pwrx",
+                    format!(
+                        "last c{}, deepest c{}{}{}{}",
+                        p.last,
+                        p.deepest,
+                        flag(p.interrupt(), "int"),
+                        flag(p.store(), "st"),
+                        flag(p.autonomous(), "hw")
+                    ),
+                )
+            }
+            sys::pt_packet_type_ppt_ptw => (
+                "ptw",
+                format!(
+                    "{}: {:x}{}",
+                    pl.ptw.plc,
+                    pl.ptw.payload,
+                    flag(pl.ptw.ip(), "ip")
+                ),
+            ),
+            sys::pt_packet_type_ppt_cfe => (
+                "cfe",
+                format!(
+                    "type {:x}, vector {:x}{}",
+                    pl.cfe.type_,
+                    pl.cfe.vector,
+                    flag(pl.cfe.ip(), "ip")
+                ),
+            ),
+            sys::pt_packet_type_ppt_evd => (
+                "evd",
+                format!("type {:x}, payload {:x}", pl.evd.type_, pl.evd.payload),
+            ),
+            other => ("?", format!("packet type {other}")),
+        }
     }
 }
 
@@ -191,10 +273,7 @@ pub fn dump_libipt<W: Write, E: FnMut(u64, &str)>(
         writeln!(out, "{off:016x}  [error: {msg}]")
     };
 
-    let builder = PacketDecoder::<()>::builder();
-    // SAFETY: `bytes` outlives the decoder; libipt only reads the buffer.
-    let builder = unsafe { builder.buffer_from_raw(bytes.as_ptr() as *mut u8, bytes.len()) };
-    let mut dec = match builder.build() {
+    let mut dec = match RawPacketDecoder::new(bytes) {
         Ok(d) => d,
         Err(e) => {
             error(out, &mut res, 0, &pt_err(&e))?;
@@ -208,11 +287,21 @@ pub fn dump_libipt<W: Write, E: FnMut(u64, &str)>(
         Ok(()) => {
             let s = dec.sync_offset().unwrap_or(0);
             if s != 0 {
-                error(out, &mut res, 0, &format!("trace does not start with a PSB; skipped 0x{s:x} bytes"))?;
+                error(
+                    out,
+                    &mut res,
+                    0,
+                    &format!("trace does not start with a PSB; skipped 0x{s:x} bytes"),
+                )?;
             }
         }
         Err(e) if e.code() == PtErrorCode::Eos => {
-            error(out, &mut res, 0, &format!("no PSB found in 0x{len:x} bytes; nothing decoded"))?;
+            error(
+                out,
+                &mut res,
+                0,
+                &format!("no PSB found in 0x{len:x} bytes; nothing decoded"),
+            )?;
             return Ok(res);
         }
         Err(e) => {
@@ -230,13 +319,17 @@ pub fn dump_libipt<W: Write, E: FnMut(u64, &str)>(
                 break;
             }
         };
-        match dec.decode_next() {
+        match dec.next_packet() {
             Ok(pkt) => {
-                let end = dec.offset().unwrap_or(off).clamp(off, len);
+                let end = (off + pkt.size as u64).min(len);
                 let raw = &bytes[off as usize..end as usize];
-                let (name, payload) = describe(&pkt, raw, &mut last);
+                let (name, payload) = describe(&pkt, &mut last);
                 res.packets += 1;
-                let payload = if opts.raw { payload + &raw_suffix(raw) } else { payload };
+                let payload = if opts.raw {
+                    payload + &raw_suffix(raw)
+                } else {
+                    payload
+                };
                 if payload.is_empty() {
                     writeln!(out, "{off:016x}  {name}")?;
                 } else {
@@ -265,7 +358,7 @@ pub fn dump_libipt<W: Write, E: FnMut(u64, &str)>(
 /// Resynchronize at the next PSB after an error at `err_off`; returns
 /// false when the rest of the trace cannot be decoded.
 fn resync<W: Write>(
-    dec: &mut PacketDecoder<()>,
+    dec: &mut RawPacketDecoder,
     err_off: u64,
     len: u64,
     out: &mut W,
@@ -277,7 +370,11 @@ fn resync<W: Write>(
         let r: Result<(), PtError> = dec.sync_forward();
         match r {
             Err(e) if e.code() == PtErrorCode::Eos => {
-                writeln!(out, "{err_off:016x}  [no further PSB; 0x{:x} bytes not decoded]", len - err_off)?;
+                writeln!(
+                    out,
+                    "{err_off:016x}  [no further PSB; 0x{:x} bytes not decoded]",
+                    len - err_off
+                )?;
                 return Ok(false);
             }
             Err(e) => {
@@ -301,7 +398,11 @@ fn resync<W: Write>(
 }
 
 /// `pttrace dump --libipt FILE` core: dump to `out`, errors also to stderr.
-pub fn dump_file_libipt<W: Write>(bytes: &[u8], opts: DumpOptions, out: &mut W) -> io::Result<DumpOutcome> {
+pub fn dump_file_libipt<W: Write>(
+    bytes: &[u8],
+    opts: DumpOptions,
+    out: &mut W,
+) -> io::Result<DumpOutcome> {
     dump_libipt(bytes, opts, out, |off, msg| {
         eprintln!("pttrace: dump error at offset 0x{off:x}: {msg}")
     })
@@ -314,20 +415,50 @@ mod tests {
     #[test]
     fn last_ip() {
         let mut l = LastIp::default();
-        assert_eq!(l.update(0x7fff_1234_5678, Compression::Sext48), Some(0x7fff_1234_5678));
-        assert_eq!(l.update(0x9abc, Compression::Update16), Some(0x7fff_1234_9abc));
-        assert_eq!(l.update(0x1111_2222, Compression::Update32), Some(0x7fff_1111_2222));
-        assert_eq!(l.update(0, Compression::Suppressed), None);
-        assert_eq!(l.update(0x8000_0000_0000, Compression::Sext48), Some(0xffff_8000_0000_0000));
-        assert_eq!(l.update(0x1234_5678_9abc_def0, Compression::Full), Some(0x1234_5678_9abc_def0));
-        assert_eq!(l.update(0x0000_0000_0001, Compression::Update48), Some(0x1234_0000_0000_0001));
+        assert_eq!(
+            l.update(0x7fff_1234_5678, Ipc::Sext48),
+            Some(0x7fff_1234_5678)
+        );
+        assert_eq!(l.update(0x9abc, Ipc::Update16), Some(0x7fff_1234_9abc));
+        assert_eq!(l.update(0x1111_2222, Ipc::Update32), Some(0x7fff_1111_2222));
+        assert_eq!(l.update(0, Ipc::Suppressed), None);
+        assert_eq!(
+            l.update(0x8000_0000_0000, Ipc::Sext48),
+            Some(0xffff_8000_0000_0000)
+        );
+        assert_eq!(
+            l.update(0x1234_5678_9abc_def0, Ipc::Full),
+            Some(0x1234_5678_9abc_def0)
+        );
+        assert_eq!(
+            l.update(0x0000_0000_0001, Ipc::Update48),
+            Some(0x1234_0000_0000_0001)
+        );
     }
 
     #[test]
     fn tnt() {
         assert_eq!(tnt_string(0b1101, 4), "!!.!");
-        // TNT.64: 02 a3, payload 0b1_01 (stop bit at 2) -> "." then "!"
-        assert_eq!(tnt64_string(&[0x02, 0xa3, 0b101, 0, 0, 0, 0, 0]), ".!");
-        assert_eq!(tnt64_string(&[0x02, 0xa3, 0, 0, 0, 0, 0, 0x80]), ".".repeat(47));
+        assert_eq!(tnt_string(0, 0), "");
+    }
+
+    /// Packets the libipt crate cannot represent (CFE, EVD) and TNT.64
+    /// payloads beyond 8 bits are dumped, not panicked on.
+    #[test]
+    fn raw_packets() {
+        let mut t: Vec<u8> = [0x02, 0x82].repeat(8);
+        t.extend_from_slice(&[0x02, 0x23]); // psbend
+        t.extend_from_slice(&[0x02, 0xa3, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00]); // tnt.64: stop at bit 9
+        t.extend_from_slice(&[0x02, 0x13, 0x01, 0x00]); // cfe type 1, no IP
+        t.extend_from_slice(&[0x02, 0x53, 0x00, 0, 0, 0, 0, 0, 0, 0, 0]); // evd
+        let mut out = Vec::new();
+        let r = dump_libipt(&t, DumpOptions::default(), &mut out, |_, _| {}).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.contains("0000000000000012  tnt.64     ........!\n"),
+            "{s}"
+        ); // 9 bits
+        assert!(s.contains("cfe"), "{s}");
+        assert_eq!(r.packets + r.errors, 5, "{s}");
     }
 }

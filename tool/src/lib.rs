@@ -5,8 +5,10 @@
 //! - [`outdir`]: the output directory (`meta.txt`, `thread-N.pt`, `thread-N.truth`)
 //! - [`code_image`]: `code.img` parsing into a sparse memory image
 //! - [`decode`]: libipt instruction-flow decoding (`pttrace decode`)
+//! - [`insn_ffi`]: safe wrapper over libipt's `pt_insn_*` (via libipt-sys)
 //! - [`compare`]: comparison with ground truth (`pttrace compare`)
 //! - [`dump`]: libipt packet dump (`pttrace dump --libipt`)
+//! - [`pkt_ffi`]: safe wrapper over libipt's `pt_pkt_*` (via libipt-sys)
 //! - [`dump_core`]: `pttrace dump` (to be served by `pttrace_core::pt::dump`)
 //! - [`cli`]: argument parsing and dispatch
 
@@ -18,4 +20,6 @@ pub mod dump;
 pub mod dump_core;
 pub mod error;
 pub mod hexfmt;
+pub mod insn_ffi;
 pub mod outdir;
+pub mod pkt_ffi;

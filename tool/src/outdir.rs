@@ -44,21 +44,27 @@ impl Meta {
             }
             match line.split_once('=') {
                 Some((k, v)) => {
-                    meta.entries.insert(k.trim().to_string(), v.trim().to_string());
+                    meta.entries
+                        .insert(k.trim().to_string(), v.trim().to_string());
                 }
-                None => meta.warnings.push(format!("meta.txt:{}: ignoring line without '='", no + 1)),
+                None => meta
+                    .warnings
+                    .push(format!("meta.txt:{}: ignoring line without '='", no + 1)),
             }
         }
         if let Some(c) = meta.entries.get("cpu") {
             meta.cpu = parse_cpu(c);
             if meta.cpu.is_none() {
-                let w = format!("meta.txt: cannot parse cpu={c:?} (expected family/model/stepping); ignoring");
+                let w = format!(
+                    "meta.txt: cannot parse cpu={c:?} (expected family/model/stepping); ignoring"
+                );
                 meta.warnings.push(w);
             }
         }
         if let Some(f) = meta.entries.get("format") {
             if f != "pttrace-1" {
-                let w = format!("meta.txt: unknown format={f:?} (expected pttrace-1); trying anyway");
+                let w =
+                    format!("meta.txt: unknown format={f:?} (expected pttrace-1); trying anyway");
                 meta.warnings.push(w);
             }
         }
@@ -83,7 +89,10 @@ pub struct OutDir {
 
 /// `thread-N.<ext>` -> N (N must be a plain decimal number).
 fn thread_number(name: &str, ext: &str) -> Option<u32> {
-    let n = name.strip_prefix("thread-")?.strip_suffix(ext)?.strip_suffix('.')?;
+    let n = name
+        .strip_prefix("thread-")?
+        .strip_suffix(ext)?
+        .strip_suffix('.')?;
     if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -95,7 +104,10 @@ impl OutDir {
     pub fn open(path: &Path) -> Result<OutDir> {
         let md = std::fs::metadata(path).map_err(|e| ToolError::io("cannot access", path, e))?;
         if !md.is_dir() {
-            return Err(ToolError::input(format!("{} is not a directory", path.display())));
+            return Err(ToolError::input(format!(
+                "{} is not a directory",
+                path.display()
+            )));
         }
         let rd = std::fs::read_dir(path).map_err(|e| ToolError::io("cannot list", path, e))?;
         let mut threads = Vec::new();
@@ -121,7 +133,12 @@ impl OutDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Meta::default(),
             Err(e) => return Err(ToolError::io("cannot read", &meta_path, e)),
         };
-        Ok(OutDir { path: path.to_path_buf(), meta, threads, truths })
+        Ok(OutDir {
+            path: path.to_path_buf(),
+            meta,
+            threads,
+            truths,
+        })
     }
 
     pub fn pt_path(&self, n: u32) -> PathBuf {
@@ -140,9 +157,9 @@ impl OutDir {
         CodeImage::load(&self.code_path())
     }
 
-    /// libipt CPU for errata, from `meta.txt`'s `cpu=` key.
-    pub fn cpu(&self) -> Option<libipt::enc_dec_builder::Cpu> {
-        self.meta.cpu.map(|(f, m, s)| libipt::enc_dec_builder::Cpu::intel(f, m, s))
+    /// CPU (family, model, stepping) for libipt's errata, from `meta.txt`.
+    pub fn cpu(&self) -> Option<(u16, u8, u8)> {
+        self.meta.cpu
     }
 
     pub fn read_pt(&self, n: u32) -> Result<Vec<u8>> {

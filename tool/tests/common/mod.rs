@@ -112,7 +112,8 @@ pub fn hex_lines(v: &[u64]) -> String {
 
 /// A fresh empty directory under the target's tmp dir.
 pub fn temp_dir(name: &str) -> PathBuf {
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pttrace-{name}-{}", std::process::id()));
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("pttrace-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).unwrap();
     base

@@ -1,0 +1,198 @@
+//! Thin safe wrapper over libipt's instruction flow decoder (`pt_insn_*`)
+//! through `libipt-sys`.
+//!
+//! Why not `libipt::insn::InsnDecoder`? Its `decode_next()` discards the
+//! instruction when `pt_insn_next` returns an error. libipt fills in the
+//! instruction even on error when it was decoded before the failure (e.g.
+//! `-pte_eos` at the end of a trace that stops without TIP.PGD: the last
+//! conditional branch / syscall executed, but its successor is unknown), and
+//! ptxed prints it whenever `insn.iclass != ptic_error`. We want exactly the
+//! ptxed instruction sequence, so we call `pt_insn_next` directly.
+//! (Also: the crate's `Event::event_type()` and `Insn::class()/mode()`
+//! panic on values they do not know, e.g. libipt 2.1's `ptev_iflags`.)
+
+use std::ffi::c_void;
+use std::mem;
+use std::ptr::NonNull;
+use std::rc::Rc;
+
+use libipt::error::{PtError, PtErrorCode};
+use libipt::status::Status;
+use libipt_sys as sys;
+
+use crate::code_image::CodeImage;
+
+/// Convert a negative libipt return value to a `PtError` (with libipt's
+/// `pt_errstr` message).
+pub fn pt_error(code: i32) -> PtError {
+    let c = code.unsigned_abs() as i32;
+    match PtErrorCode::try_from(c) {
+        Ok(c) => PtError::from(c),
+        Err(_) => PtError::from(PtErrorCode::Internal),
+    }
+}
+
+fn status(code: i32) -> Result<Status, PtError> {
+    if code < 0 {
+        Err(pt_error(code))
+    } else {
+        Ok(Status::from_bits_retain(code as u32))
+    }
+}
+
+/// State behind the image read-memory callback.
+struct CallbackCtx {
+    code: Rc<CodeImage>,
+    hint: usize,
+}
+
+/// libipt `read_memory_callback_t`: copy up to `size` bytes at `ip` from the
+/// sparse code image. Returns the number of bytes copied (a short read at a
+/// segment end is fine: libipt then asks for the rest at the next address)
+/// or `-pte_nomap`.
+unsafe extern "C" fn read_memory(
+    buffer: *mut u8,
+    size: usize,
+    _asid: *const sys::pt_asid,
+    ip: u64,
+    context: *mut c_void,
+) -> i32 {
+    if buffer.is_null() || context.is_null() {
+        return -(PtErrorCode::Internal as i32);
+    }
+    // SAFETY: `context` is the `CallbackCtx` boxed in `RawInsnDecoder`,
+    // alive for as long as the decoder; `buffer` has room for `size` bytes.
+    let ctx = unsafe { &mut *(context as *mut CallbackCtx) };
+    let buf = unsafe { std::slice::from_raw_parts_mut(buffer, size) };
+    match ctx.code.read(ip, buf, &mut ctx.hint) {
+        0 => -(PtErrorCode::Nomap as i32),
+        n => n.min(i32::MAX as usize) as i32,
+    }
+}
+
+/// Result of one `pt_insn_next` call.
+pub struct Next {
+    /// IP of the instruction libipt decoded, present whenever
+    /// `iclass != ptic_error` — also when `result` is an error (ptxed rule).
+    pub ip: Option<u64>,
+    pub result: Result<Status, PtError>,
+}
+
+/// An event fetched with `pt_insn_event`.
+#[derive(Debug, Clone, Copy)]
+pub struct RawEvent {
+    /// Raw `pt_event_type`.
+    pub kind: u32,
+}
+
+impl RawEvent {
+    pub fn is_overflow(&self) -> bool {
+        self.kind == sys::pt_event_type_ptev_overflow
+    }
+}
+
+/// Owned `pt_insn_decoder` over a borrowed trace buffer, memory from a
+/// `CodeImage` via the default image's read callback.
+pub struct RawInsnDecoder<'t> {
+    dec: NonNull<sys::pt_insn_decoder>,
+    _ctx: Box<CallbackCtx>,
+    _trace: std::marker::PhantomData<&'t [u8]>,
+}
+
+impl<'t> RawInsnDecoder<'t> {
+    /// `cpu` = (family, model, stepping) of an Intel CPU for errata.
+    pub fn new(
+        trace: &'t [u8],
+        code: Rc<CodeImage>,
+        cpu: Option<(u16, u8, u8)>,
+    ) -> Result<Self, PtError> {
+        if trace.is_empty() {
+            return Err(PtError::from(PtErrorCode::Eos));
+        }
+        // SAFETY: all-zero is the documented initial state (pt_config_init).
+        let mut config: sys::pt_config = unsafe { mem::zeroed() };
+        config.size = mem::size_of::<sys::pt_config>();
+        // libipt never writes to the trace buffer; `*mut` is an API artefact.
+        config.begin = trace.as_ptr() as *mut u8;
+        // SAFETY: one-past-the-end of the slice.
+        config.end = unsafe { config.begin.add(trace.len()) };
+        if let Some((family, model, stepping)) = cpu {
+            config.cpu = sys::pt_cpu {
+                vendor: sys::pt_cpu_vendor_pcv_intel,
+                family,
+                model,
+                stepping,
+            };
+            // SAFETY: valid pointers to local structs.
+            let r = unsafe { sys::pt_cpu_errata(&mut config.errata, &config.cpu) };
+            if r < 0 {
+                return Err(pt_error(r));
+            }
+        }
+        // SAFETY: config is valid; libipt copies it.
+        let dec = NonNull::new(unsafe { sys::pt_insn_alloc_decoder(&config) })
+            .ok_or_else(|| PtError::from(PtErrorCode::Nomem))?;
+        let mut ctx = Box::new(CallbackCtx { code, hint: 0 });
+        let ctx_ptr = &mut *ctx as *mut CallbackCtx as *mut c_void;
+        let this = RawInsnDecoder {
+            dec,
+            _ctx: ctx,
+            _trace: std::marker::PhantomData,
+        };
+        // SAFETY: the default image belongs to the decoder; ctx outlives it
+        // (dropped after the decoder is freed, see Drop).
+        let r = unsafe {
+            let image = sys::pt_insn_get_image(this.dec.as_ptr());
+            sys::pt_image_set_callback(image, Some(read_memory), ctx_ptr)
+        };
+        if r < 0 {
+            return Err(pt_error(r));
+        }
+        Ok(this)
+    }
+
+    pub fn sync_forward(&mut self) -> Result<Status, PtError> {
+        status(unsafe { sys::pt_insn_sync_forward(self.dec.as_ptr()) })
+    }
+
+    pub fn offset(&self) -> Result<u64, PtError> {
+        let mut off = 0;
+        status(unsafe { sys::pt_insn_get_offset(self.dec.as_ptr(), &mut off) }).map(|_| off)
+    }
+
+    pub fn sync_offset(&self) -> Result<u64, PtError> {
+        let mut off = 0;
+        status(unsafe { sys::pt_insn_get_sync_offset(self.dec.as_ptr(), &mut off) }).map(|_| off)
+    }
+
+    /// `pt_insn_event`: fetch the next pending event.
+    pub fn event(&mut self) -> Result<(RawEvent, Status), PtError> {
+        // SAFETY: zeroed pt_event is a valid out-parameter.
+        let mut ev: sys::pt_event = unsafe { mem::zeroed() };
+        let st = status(unsafe {
+            sys::pt_insn_event(self.dec.as_ptr(), &mut ev, mem::size_of::<sys::pt_event>())
+        })?;
+        Ok((RawEvent { kind: ev.type_ }, st))
+    }
+
+    /// `pt_insn_next`: the next instruction, see [`Next`].
+    pub fn next_insn(&mut self) -> Next {
+        // SAFETY: zeroed pt_insn (iclass = ptic_error) is a valid out-parameter.
+        let mut insn: sys::pt_insn = unsafe { mem::zeroed() };
+        let r = unsafe {
+            sys::pt_insn_next(self.dec.as_ptr(), &mut insn, mem::size_of::<sys::pt_insn>())
+        };
+        let ip = (insn.iclass != sys::pt_insn_class_ptic_error).then_some(insn.ip);
+        Next {
+            ip,
+            result: status(r),
+        }
+    }
+}
+
+impl Drop for RawInsnDecoder<'_> {
+    fn drop(&mut self) {
+        // Frees the decoder and its default image; `_ctx` is dropped after.
+        unsafe { sys::pt_insn_free_decoder(self.dec.as_ptr()) }
+    }
+}
