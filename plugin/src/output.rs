@@ -46,7 +46,13 @@ impl Output {
     pub fn start(dir: &Path) -> std::io::Result<Output> {
         let (tx, rx) = unbounded();
         let dir = dir.to_path_buf();
-        std::thread::Builder::new().name("pttrace-writer".into()).spawn(move || writer(dir, rx))?;
+        // The writer must never receive the guest's signals: qemu-user implements guest timers
+        // and signals with host signals, and its handlers expect to run on a vCPU thread. A new
+        // thread inherits the creator's mask, so block everything around the spawn.
+        let spawned = with_all_signals_blocked(|| {
+            std::thread::Builder::new().name("pttrace-writer".into()).spawn(move || writer(dir, rx))
+        });
+        spawned?;
         Ok(Output { tx })
     }
 
@@ -119,5 +125,18 @@ fn writer(dir: PathBuf, rx: Receiver<Msg>) {
                 });
             }
         }
+    }
+}
+
+fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: plain libc calls on stack-allocated signal sets of this thread.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
     }
 }

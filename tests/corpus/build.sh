@@ -30,6 +30,7 @@ programs=(
   "setjmp:setjmp.c:"
   "retmismatch:retmismatch.S:asm"
   "signals:signals.c:"
+  "sigstorm:sigstorm.c:"
   "syscalls:syscalls.c:"
   "threads:threads.c:-pthread"
   "long_psb:long_psb.c:"
