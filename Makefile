@@ -29,6 +29,7 @@ test-unit: all
 
 test-corpus: all qemu
 	@bash tests/run-corpus.sh
+	@bash tests/options.sh
 
 test: test-unit test-corpus
 

@@ -394,3 +394,26 @@ fn branch_en_clear_produces_no_cofi_packets() {
     t.branch(0x401000, 0x401002, BranchKind::IndirectJump, 0x401100);
     assert_eq!(packets(&mut t), PSB_PLUS_NO_FUP.to_vec());
 }
+
+#[test]
+fn wrmsr_rtit_ctl_toggles_tracing_with_the_new_configuration() {
+    let mut t = tracer(TraceConfig::default(), Context::USER64);
+    let mut on = RtitCtl::default();
+    on.set_trace_en(true).set_user(true).set_branch_en(true);
+    t.write_ctl(0x401000, 0x401003, on);
+    assert!(t.trace_en() && t.packet_en());
+    t.branch(0x401003, 0x401005, BranchKind::Conditional { target: 0x401010 }, 0x401005);
+    let mut off = on;
+    off.set_trace_en(false);
+    t.write_ctl(0x401005, 0x401008, off);
+    assert!(!t.trace_en());
+    // Re-enabling with OS only: PSB+ again, no TIP.PGE in user code.
+    let mut os_only = on;
+    os_only.set_user(false).set_os(true);
+    t.write_ctl(0x401008, 0x40100b, os_only);
+    assert!(t.trace_en() && !t.packet_en());
+    let mut expected = with_psb(&[M64, TipPge(ip(C::Update32, 0x401003)), Tnt { bits: 0, count: 1 }]);
+    expected.extend([Fup(ip(C::Update16, 0x1005)), TipPgd(NOIP)]);
+    expected.extend(PSB_PLUS_NO_FUP);
+    assert_eq!(packets(&mut t), expected);
+}

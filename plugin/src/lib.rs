@@ -100,7 +100,17 @@ unsafe extern "C" {
 }
 
 fn forked_child() -> bool {
-    FORKED_CHILD.load(Ordering::Relaxed)
+    FORKED_CHILD.load(Ordering::Relaxed) || BROKEN.load(Ordering::Relaxed)
+}
+
+/// Set after a panic inside a callback: tracing stops (the message says so) but QEMU keeps
+/// running; a panic must never unwind into QEMU's C frames.
+static BROKEN: AtomicBool = AtomicBool::new(false);
+
+fn guarded(what: &str, f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() && !BROKEN.swap(true, Ordering::AcqRel) {
+        eprintln!("pttrace: internal error in {what}; tracing stopped, the trace written so far is incomplete");
+    }
 }
 
 /// `[rsp]` at a signal handler's first instruction holds the return address (sa_restorer); the
@@ -225,7 +235,7 @@ impl Shared {
     }
 
     fn at_exit(&self) {
-        if forked_child() {
+        if FORKED_CHILD.load(Ordering::Relaxed) {
             eprintln!(
                 "pttrace: process {} was forked by the traced program; forked children are not traced",
                 std::process::id()
@@ -279,7 +289,7 @@ impl Shared {
         tb.register_execute_callback_flags(
             move |vcpu| {
                 if let Some(sh) = SHARED.get() {
-                    sh.on_block(vcpu, &info);
+                    guarded("block callback", || sh.on_block(vcpu, &info));
                 }
             },
             CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
@@ -290,7 +300,7 @@ impl Shared {
                 let rep = classify(&insns[i].1, ip, 64).is_some_and(|c| c.rep_string);
                 insn.register_execute_callback(move |vcpu| {
                     if let Some(sh) = SHARED.get() {
-                        sh.on_truth(vcpu, ip, rep);
+                        guarded("truth callback", || sh.on_truth(vcpu, ip, rep));
                     }
                 });
             }
@@ -475,7 +485,7 @@ impl Register for PtTrace {
         unsafe { pthread_atfork(None, None, Some(on_fork_child)) };
         qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {
             if let Some(sh) = SHARED.get() {
-                sh.at_exit();
+                guarded("exit", || sh.at_exit());
             }
         })?;
         Ok(())
@@ -492,21 +502,21 @@ fn fail(msg: &str) -> ! {
 impl HasCallbacks for PtTrace {
     fn on_vcpu_init(&mut self, _id: PluginId, vcpu: VCPUIndex) -> qemu_plugin::Result<()> {
         if let Some(sh) = SHARED.get() {
-            sh.vcpu_init(vcpu);
+            guarded("vcpu init", || sh.vcpu_init(vcpu));
         }
         Ok(())
     }
 
     fn on_vcpu_exit(&mut self, _id: PluginId, vcpu: VCPUIndex) -> qemu_plugin::Result<()> {
         if let Some(sh) = SHARED.get() {
-            sh.vcpu_exit(vcpu);
+            guarded("vcpu exit", || sh.vcpu_exit(vcpu));
         }
         Ok(())
     }
 
     fn on_translation_block_translate(&mut self, _id: PluginId, tb: TranslationBlock) -> qemu_plugin::Result<()> {
         if let Some(sh) = SHARED.get() {
-            sh.translate(&tb);
+            guarded("translation", || sh.translate(&tb));
         }
         Ok(())
     }
@@ -526,14 +536,14 @@ impl HasCallbacks for PtTrace {
         _a8: u64,
     ) -> qemu_plugin::Result<()> {
         if let Some(sh) = SHARED.get() {
-            sh.syscall(vcpu, num, [a1, a2, a3, a4, a5, a6]);
+            guarded("syscall", || sh.syscall(vcpu, num, [a1, a2, a3, a4, a5, a6]));
         }
         Ok(())
     }
 
     fn on_syscall_return(&mut self, _id: PluginId, vcpu: VCPUIndex, num: i64, ret: i64) -> qemu_plugin::Result<()> {
         if let Some(sh) = SHARED.get() {
-            sh.syscall_return(vcpu, num, ret);
+            guarded("syscall return", || sh.syscall_return(vcpu, num, ret));
         }
         Ok(())
     }

@@ -345,6 +345,23 @@ impl Tracer {
         self.packet_en = false;
     }
 
+    /// WRMSR to IA32_RTIT_CTL at `ip` (next instruction `nlip`) with `value` (already checked
+    /// by the caller for #GP conditions). Setting TraceEn enables at `nlip` with the new
+    /// configuration; clearing it disables at the WRMSR (FUP(ip), TIP.PGD); other fields only
+    /// change while TraceEn = 0, as hardware requires.
+    pub fn write_ctl(&mut self, ip: u64, nlip: u64, value: RtitCtl) {
+        let was_on = self.cfg.ctl.trace_en();
+        if was_on {
+            self.disable(ip);
+        }
+        let mut ctl = value;
+        ctl.set_trace_en(false);
+        self.cfg.ctl = ctl;
+        if value.trace_en() {
+            self.enable(nlip);
+        }
+    }
+
     /// A near branch (or any instruction whose class is not a far transfer) retired at `ip`,
     /// and execution continues at `next`.
     pub fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Bad plugin options: QEMU must exit non-zero with a message naming the option (never a crash),
+# and good ones must be accepted.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+qemu=$(bash "$top/scripts/qemu.sh")/qemu-x86_64
+plugin=$top/target/release/libpttrace.so
+prog=$top/target/corpus/bin/retmismatch
+[ -x "$prog" ] || bash "$top/tests/corpus/build.sh" "$top/target/corpus/bin" >/dev/null
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+expect_error() {  # option, text the message must contain
+  "$qemu" -plugin "$plugin,out=$tmp/o,$1" "$prog" >/dev/null 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -ne 1 ] || ! grep -q -- "$2" "$tmp/err"; then
+    echo "FAIL option '$1': exit $rc, stderr: $(head -c 300 "$tmp/err")"; fail=1
+  else
+    echo "ok   option '$1' refused: $(head -1 "$tmp/err")"
+  fi
+}
+expect_error "bogus=1" "unknown option 'bogus'"
+expect_error "psb_period=6" "accepted: 0..=5"
+expect_error "psb_period=-1" "not a number"
+expect_error "branch=2" "not a boolean"
+expect_error "filter=0x2000-0x1000" "above its end"
+expect_error "filter=0x800000000000-0x800000000010" "canonical"
+expect_error "filter=1-2,filter=3-4,stop=5-6" "at most 2"
+expect_error "mtc=1" "not implemented"
+expect_error "out" "needs a directory"
+if "$qemu" -plugin "$plugin,out=$tmp/ok,noretcomp=1,psb_period=5,tsc=0,branch=1,filter=0x401000/0x1000" "$prog" >/dev/null 2>"$tmp/err" &&
+   [ -s "$tmp/ok/thread-1.pt" ]; then
+  echo "ok   valid options accepted"
+else
+  echo "FAIL valid options: $(cat "$tmp/err")"; fail=1
+fi
+exit $fail
