@@ -88,22 +88,21 @@ fn writer(dir: PathBuf, rx: Receiver<Msg>) {
     for msg in rx {
         match msg {
             Msg::Data(key, bytes) => {
-                if !files.contains_key(&key) {
-                    let path = dir.join(key.file_name());
-                    match File::create(&path) {
-                        Ok(f) => {
-                            files.insert(key, BufWriter::with_capacity(1 << 20, f));
-                        }
-                        Err(e) => {
-                            note(format!("cannot create {}: {e}", path.display()), &mut error);
-                            continue;
+                let f = match files.entry(key) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        let path = dir.join(key.file_name());
+                        match File::create(&path) {
+                            Ok(f) => e.insert(BufWriter::with_capacity(1 << 20, f)),
+                            Err(err) => {
+                                note(format!("cannot create {}: {err}", path.display()), &mut error);
+                                continue;
+                            }
                         }
                     }
-                }
-                if let Some(f) = files.get_mut(&key) {
-                    if let Err(e) = f.write_all(&bytes) {
-                        note(format!("writing {}: {e}", key.file_name()), &mut error);
-                    }
+                };
+                if let Err(e) = f.write_all(&bytes) {
+                    note(format!("writing {}: {e}", key.file_name()), &mut error);
                 }
             }
             Msg::Close(key) => {

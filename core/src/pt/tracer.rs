@@ -192,12 +192,9 @@ impl Tracer {
 
     /// Evaluate the IP filter at `ip`; returns true if a TraceStop range was entered.
     fn eval_ip(&mut self, ip: u64) -> bool {
-        match ip_filter(&self.cfg, ip) {
-            IpFilterResult { filter_en, trace_stop } => {
-                self.filter_en = filter_en;
-                trace_stop
-            }
-        }
+        let IpFilterResult { filter_en, trace_stop } = ip_filter(&self.cfg, ip);
+        self.filter_en = filter_en;
+        trace_stop
     }
 
     // ---- packet emission ----
