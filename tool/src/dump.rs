@@ -12,6 +12,8 @@ use std::io::{self, Write};
 
 use libipt::error::{PtError, PtErrorCode};
 use libipt_sys as sys;
+use pttrace_core::pt::last_ip::LastIp;
+use pttrace_core::pt::packet::{IpCompression, IpPayload};
 
 use crate::error::pt_err;
 use crate::pkt_ffi::{RawPacket, RawPacketDecoder};
@@ -29,73 +31,29 @@ pub struct DumpOptions {
     pub raw: bool,
 }
 
-/// IP compression (`pt_ip_compression` / the IPBytes field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ipc {
-    Suppressed,
-    Update16,
-    Update32,
-    Sext48,
-    Update48,
-    Full,
-}
-
-impl Ipc {
-    pub fn from_raw(ipc: u32) -> Option<Ipc> {
-        Some(match ipc {
-            sys::pt_ip_compression_pt_ipc_suppressed => Ipc::Suppressed,
-            sys::pt_ip_compression_pt_ipc_update_16 => Ipc::Update16,
-            sys::pt_ip_compression_pt_ipc_update_32 => Ipc::Update32,
-            sys::pt_ip_compression_pt_ipc_sext_48 => Ipc::Sext48,
-            sys::pt_ip_compression_pt_ipc_update_48 => Ipc::Update48,
-            sys::pt_ip_compression_pt_ipc_full => Ipc::Full,
-            _ => return None,
-        })
-    }
-
-    /// (IPBytes code as printed, number of payload bytes)
-    fn code_and_bytes(self) -> (u32, usize) {
-        match self {
-            Ipc::Suppressed => (0, 0),
-            Ipc::Update16 => (1, 2),
-            Ipc::Update32 => (2, 4),
-            Ipc::Sext48 => (3, 6),
-            Ipc::Update48 => (4, 6),
-            Ipc::Full => (6, 8),
-        }
-    }
-}
-
-/// Last-IP state for IP reconstruction (SDM "IP compression").
-#[derive(Debug, Default, Clone, Copy)]
-pub struct LastIp(pub u64);
-
-impl LastIp {
-    /// Apply an IP packet payload; returns the full IP unless suppressed.
-    pub fn update(&mut self, ip: u64, c: Ipc) -> Option<u64> {
-        let v = match c {
-            Ipc::Suppressed => return None,
-            Ipc::Update16 => (self.0 & !0xffff) | (ip & 0xffff),
-            Ipc::Update32 => (self.0 & !0xffff_ffff) | (ip & 0xffff_ffff),
-            Ipc::Sext48 => (((ip << 16) as i64) >> 16) as u64,
-            Ipc::Update48 => (self.0 & !0xffff_ffff_ffff) | (ip & 0xffff_ffff_ffff),
-            Ipc::Full => ip,
-        };
-        self.0 = v;
-        Some(v)
-    }
+/// libipt's `pt_ip_compression` as the project's IPBytes type.
+fn ipc_from_raw(ipc: u32) -> Option<IpCompression> {
+    Some(match ipc {
+        sys::pt_ip_compression_pt_ipc_suppressed => IpCompression::Suppressed,
+        sys::pt_ip_compression_pt_ipc_update_16 => IpCompression::Update16,
+        sys::pt_ip_compression_pt_ipc_update_32 => IpCompression::Update32,
+        sys::pt_ip_compression_pt_ipc_sext_48 => IpCompression::Sext48,
+        sys::pt_ip_compression_pt_ipc_update_48 => IpCompression::Update48,
+        sys::pt_ip_compression_pt_ipc_full => IpCompression::Full,
+        _ => return None,
+    })
 }
 
 /// `3: ????000000401000, ip=0000000000401000`
 fn fmt_ip(last: &mut LastIp, p: &sys::pt_packet_ip) -> String {
-    let Some(c) = Ipc::from_raw(p.ipc) else {
+    let Some(c) = ipc_from_raw(p.ipc) else {
         return format!("ipc {}: {:x}", p.ipc, p.ip);
     };
-    let (code, known_bytes) = c.code_and_bytes();
+    let (code, known_bytes) = (c.ip_bytes(), c.payload_len());
     let hex = format!("{:016x}", p.ip);
     let unknown = 16 - 2 * known_bytes;
     let shown: String = "?".repeat(unknown) + &hex[unknown..];
-    match last.update(p.ip, c) {
+    match last.decompress(IpPayload { compression: c, payload: p.ip }) {
         Some(full) => format!("{code}: {shown}, ip={full:016x}"),
         None => format!("{code}: {shown}"),
     }
@@ -411,30 +369,6 @@ pub fn dump_file_libipt<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn last_ip() {
-        let mut l = LastIp::default();
-        assert_eq!(
-            l.update(0x7fff_1234_5678, Ipc::Sext48),
-            Some(0x7fff_1234_5678)
-        );
-        assert_eq!(l.update(0x9abc, Ipc::Update16), Some(0x7fff_1234_9abc));
-        assert_eq!(l.update(0x1111_2222, Ipc::Update32), Some(0x7fff_1111_2222));
-        assert_eq!(l.update(0, Ipc::Suppressed), None);
-        assert_eq!(
-            l.update(0x8000_0000_0000, Ipc::Sext48),
-            Some(0xffff_8000_0000_0000)
-        );
-        assert_eq!(
-            l.update(0x1234_5678_9abc_def0, Ipc::Full),
-            Some(0x1234_5678_9abc_def0)
-        );
-        assert_eq!(
-            l.update(0x0000_0000_0001, Ipc::Update48),
-            Some(0x1234_0000_0000_0001)
-        );
-    }
 
     #[test]
     fn tnt() {
