@@ -1,4 +1,5 @@
 //! pttrace-core: a pure model of Intel's branch-trace hardware (no QEMU dependency).
+pub mod guest_mem;
 pub mod insn_class;
 pub mod pt;
 pub mod user_flow;
