@@ -70,6 +70,37 @@ impl ClassifiedInsn {
     }
 }
 
+/// Instructions the full-system plugin must intercept (besides COFIs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SystemOp {
+    /// CPUID: the plugin answers leaves 7 and 14H from the capability profile.
+    Cpuid,
+    /// RDMSR / WRMSR: the plugin owns the IA32_RTIT_* MSRs.
+    Rdmsr,
+    Wrmsr,
+    /// MOV to CR3: ContextEn/PIP (Table 33-50).
+    MovToCr3,
+    /// LGDT: the GDT base is needed to read CS.L/CS.D for MODE.Exec.
+    Lgdt,
+}
+
+/// The system operation of the instruction at the start of `bytes`, if any.
+pub fn system_op(bytes: &[u8], bitness: u32) -> Option<SystemOp> {
+    let mut dec = Decoder::new(bitness, bytes, DecoderOptions::NONE);
+    let insn = dec.decode();
+    if insn.is_invalid() {
+        return None;
+    }
+    match insn.mnemonic() {
+        Mnemonic::Cpuid => Some(SystemOp::Cpuid),
+        Mnemonic::Rdmsr => Some(SystemOp::Rdmsr),
+        Mnemonic::Wrmsr => Some(SystemOp::Wrmsr),
+        Mnemonic::Lgdt => Some(SystemOp::Lgdt),
+        Mnemonic::Mov if insn.op0_register() == iced_x86::Register::CR3 => Some(SystemOp::MovToCr3),
+        _ => None,
+    }
+}
+
 /// Classify the instruction at `ip` whose bytes start `bytes` (64-bit mode unless `bitness` says
 /// otherwise). Returns None if the bytes do not decode to a valid instruction.
 pub fn classify(bytes: &[u8], ip: u64, bitness: u32) -> Option<ClassifiedInsn> {
@@ -164,6 +195,12 @@ mod tests {
         assert_eq!(classify(&[0x0F, 0xA2], 0, 64).unwrap().len, 2); // cpuid
         assert!(classify(&[0x0F], 0, 64).is_none());
         assert!(classify(&[0xF3, 0xA4], 0, 64).unwrap().rep_string); // rep movsb
+        assert_eq!(system_op(&[0x0F, 0xA2], 64), Some(SystemOp::Cpuid));
+        assert_eq!(system_op(&[0x0F, 0x30], 64), Some(SystemOp::Wrmsr));
+        assert_eq!(system_op(&[0x0F, 0x32], 64), Some(SystemOp::Rdmsr));
+        assert_eq!(system_op(&[0x0F, 0x22, 0xD8], 64), Some(SystemOp::MovToCr3)); // mov cr3, rax
+        assert_eq!(system_op(&[0x0F, 0x20, 0xD8], 64), None); // mov rax, cr3
+        assert_eq!(system_op(&[0x0F, 0x01, 0x10], 64), Some(SystemOp::Lgdt)); // lgdt [rax]
         assert!(!classify(&[0xA4], 0, 64).unwrap().rep_string); // movsb
     }
 }

@@ -4,3 +4,4 @@ pub mod insn_class;
 pub mod pt;
 pub mod user_flow;
 pub mod options;
+pub mod system_flow;

@@ -1,0 +1,284 @@
+//! Full-system retirement sequencing: turns QEMU's view of execution (translation blocks starting,
+//! interrupts and exceptions delivered) into the PT model's retirement events.
+//!
+//! - A block's last instruction is its only possible COFI; the next block's PC is its outcome.
+//! - Far transfers (SYSCALL, SYSRET, IRET, far JMP/CALL/RET) change the context: the caller's
+//!   `CpuView` reads CPL, CR3 and the code-segment mode when one retires.
+//! - MOV to CR3 ends a block in QEMU; the next block start reports the new CR3 (Table 33-50).
+//! - QEMU reports every delivery of an interrupt or exception (from = the IP the event is
+//!   attributed to, to = the handler). Exceptions and INT n are additionally announced before
+//!   delivery; hardware interrupts are not. That tells apart an exception inside the current
+//!   block (the block did not finish: FUP at the faulting instruction, or at the INT itself)
+//!   from an interrupt taken after the block completed (its last instruction retired first,
+//!   then FUP at the next instruction), SDM Table 33-23.
+
+use crate::insn_class::{BranchKind, ClassifiedInsn};
+use crate::pt::tracer::{AsyncKind, Context, Tracer};
+
+/// The guest state the sequencer reads lazily (only at far transfers, CR3 writes and events).
+pub trait CpuView {
+    fn context(&mut self) -> Context;
+}
+
+/// What is known about an executed block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SysBlock {
+    /// Addresses of the block's instructions, in order.
+    pub insns: Vec<u64>,
+    pub last: ClassifiedInsn,
+    /// The last instruction is a MOV to CR3.
+    pub writes_cr3: bool,
+}
+
+impl SysBlock {
+    fn contains_insn(&self, ip: u64) -> bool {
+        self.insns.contains(&ip)
+    }
+
+    fn explains(&self, next: u64) -> bool {
+        let nlip = self.last.nlip();
+        match self.last.kind {
+            BranchKind::None | BranchKind::AlwaysFaults => next == nlip || (self.last.rep_string && next == self.last.ip),
+            BranchKind::Conditional { target } => next == target || next == nlip,
+            BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => next == target,
+            _ => true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Position {
+    /// Nothing executed yet.
+    Start,
+    After(std::sync::Arc<SysBlock>),
+    /// An event was delivered; the next block is its handler.
+    Delivered,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SystemFlowStats {
+    pub blocks: u64,
+    pub interrupts: u64,
+    pub exceptions: u64,
+    pub far_transfers: u64,
+    pub unexplained: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct SystemFlow {
+    pos: Position,
+    exception_announced: bool,
+    stats: SystemFlowStats,
+}
+
+impl Default for SystemFlow {
+    fn default() -> Self {
+        SystemFlow { pos: Position::Start, exception_announced: false, stats: SystemFlowStats::default() }
+    }
+}
+
+impl SystemFlow {
+    pub fn stats(&self) -> SystemFlowStats {
+        self.stats
+    }
+
+    /// A block starting at `pc` is about to execute.
+    pub fn block(&mut self, tracer: &mut Tracer, pc: u64, block: std::sync::Arc<SysBlock>, cpu: &mut impl CpuView) {
+        self.stats.blocks += 1;
+        if let Position::After(prev) = std::mem::replace(&mut self.pos, Position::Start) {
+            self.retire_last(tracer, &prev, pc, cpu);
+        }
+        self.pos = Position::After(block);
+    }
+
+    /// The last instruction of `prev` retired and execution continues at `next`.
+    fn retire_last(&mut self, tracer: &mut Tracer, prev: &SysBlock, next: u64, cpu: &mut impl CpuView) {
+        let last = prev.last;
+        if last.rep_string && next == last.ip {
+            return; // the REP string instruction continues
+        }
+        match last.kind {
+            BranchKind::Far(kind) => {
+                self.stats.far_transfers += 1;
+                let ctx = cpu.context();
+                tracer.far_transfer(kind, next, ctx);
+            }
+            _ if prev.writes_cr3 => {
+                let ctx = cpu.context();
+                tracer.mov_cr3(next, ctx.cr3);
+                if next != last.nlip() {
+                    self.stats.unexplained += 1;
+                }
+            }
+            _ if prev.explains(next) => tracer.branch(last.ip, last.nlip(), last.kind, next),
+            _ => {
+                // Nothing QEMU reported explains the jump; keep the stream decodable.
+                self.stats.unexplained += 1;
+                let ctx = cpu.context();
+                tracer.async_event(AsyncKind::Interrupt { resume_ip: last.nlip() }, next, ctx);
+            }
+        }
+    }
+
+    /// QEMU is about to deliver an exception or INT n (announced before delivery).
+    pub fn exception_announced(&mut self) {
+        self.exception_announced = true;
+    }
+
+    /// An interrupt or exception was delivered: attributed to `from`, handler at `to`.
+    pub fn delivered(&mut self, tracer: &mut Tracer, from: u64, to: u64, cpu: &mut impl CpuView) {
+        let exception = std::mem::take(&mut self.exception_announced);
+        let kind = match std::mem::replace(&mut self.pos, Position::Delivered) {
+            Position::After(prev) if exception && prev.contains_insn(from) => {
+                // The block stopped at `from`: it faulted, or it is an INT n / INT3 / INTO.
+                if from == prev.last.ip && prev.last.kind == BranchKind::SoftwareInterrupt {
+                    AsyncKind::SoftwareInterrupt { ip: from }
+                } else {
+                    AsyncKind::Fault { ip: from }
+                }
+            }
+            Position::After(prev) => {
+                // The block completed; its last instruction retired with `from` as successor.
+                self.retire_last(tracer, &prev, from, cpu);
+                if exception {
+                    AsyncKind::Fault { ip: from }
+                } else {
+                    AsyncKind::Interrupt { resume_ip: from }
+                }
+            }
+            Position::Start | Position::Delivered => {
+                if exception {
+                    AsyncKind::Fault { ip: from }
+                } else {
+                    AsyncKind::Interrupt { resume_ip: from }
+                }
+            }
+        };
+        if exception {
+            self.stats.exceptions += 1;
+        } else {
+            self.stats.interrupts += 1;
+        }
+        let ctx = cpu.context();
+        tracer.async_event(kind, to, ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::insn_class::FarKind;
+    use crate::pt::packet::{ExecMode, IpCompression, IpPayload, Packet};
+    use crate::pt::rtit_ctl::RtitCtl;
+    use crate::pt::tracer::TraceConfig;
+    use std::sync::Arc;
+
+    struct Cpu(Context);
+    impl CpuView for Cpu {
+        fn context(&mut self) -> Context {
+            self.0
+        }
+    }
+
+    const KERNEL: Context = Context { cpl: 0, cr3: 0x1000, mode: ExecMode::Bit64 };
+    const USER: Context = Context { cpl: 3, cr3: 0x1000, mode: ExecMode::Bit64 };
+
+    fn tracer(os: bool, user: bool) -> Tracer {
+        let mut ctl = RtitCtl::default();
+        ctl.set_os(os).set_user(user).set_branch_en(true);
+        Tracer::new(TraceConfig { ctl, ..TraceConfig::default() }, KERNEL).with_packet_log()
+    }
+
+    fn block(insns: &[u64], len: u8, kind: BranchKind) -> Arc<SysBlock> {
+        let ip = *insns.last().unwrap();
+        Arc::new(SysBlock {
+            insns: insns.to_vec(),
+            last: ClassifiedInsn { ip, len, kind, rep_string: false },
+            writes_cr3: false,
+        })
+    }
+
+    fn u16ip(v: u64) -> IpPayload {
+        IpPayload { compression: IpCompression::Update16, payload: v & 0xffff }
+    }
+
+    #[test]
+    fn page_fault_inside_a_block_is_fup_of_the_faulting_instruction_and_no_branch() {
+        let mut t = tracer(true, true);
+        let mut cpu = Cpu(KERNEL);
+        t.enable(0x1000);
+        t.take_packet_log();
+        let mut f = SystemFlow::default();
+        f.block(&mut t, 0x1000, block(&[0x1000, 0x1004, 0x1008], 2, BranchKind::Conditional { target: 0x1000 }), &mut cpu);
+        f.exception_announced();
+        f.delivered(&mut t, 0x1004, 0x9000, &mut cpu);
+        assert_eq!(t.take_packet_log(), [Packet::Fup(u16ip(0x1004)), Packet::Tip(u16ip(0x9000))]);
+        assert_eq!(f.stats().exceptions, 1);
+    }
+
+    #[test]
+    fn interrupt_after_a_completed_block_retires_its_branch_first() {
+        let mut t = tracer(true, true);
+        let mut cpu = Cpu(KERNEL);
+        t.enable(0x1000);
+        t.take_packet_log();
+        let mut f = SystemFlow::default();
+        // `L: dec ecx; jnz L` completes with the branch taken, then a timer interrupt arrives.
+        f.block(&mut t, 0x1000, block(&[0x1000, 0x1002], 2, BranchKind::Conditional { target: 0x1000 }), &mut cpu);
+        f.delivered(&mut t, 0x1000, 0x9000, &mut cpu);
+        assert_eq!(
+            t.take_packet_log(),
+            [Packet::Tnt { bits: 1, count: 1 }, Packet::Fup(u16ip(0x1000)), Packet::Tip(u16ip(0x9000))]
+        );
+        assert_eq!(f.stats().interrupts, 1);
+    }
+
+    #[test]
+    fn int_n_sends_fup_of_the_int_and_tip_of_the_handler() {
+        let mut t = tracer(true, true);
+        let mut cpu = Cpu(USER);
+        t.far_transfer(FarKind::Iret, 0x1000, USER);
+        t.enable(0x1000);
+        t.take_packet_log();
+        let mut f = SystemFlow::default();
+        f.block(&mut t, 0x1000, block(&[0x1000, 0x1003], 2, BranchKind::SoftwareInterrupt), &mut cpu);
+        f.exception_announced();
+        cpu.0 = KERNEL;
+        f.delivered(&mut t, 0x1003, 0x9000, &mut cpu);
+        assert_eq!(t.take_packet_log(), [Packet::Fup(u16ip(0x1003)), Packet::Tip(u16ip(0x9000))]);
+    }
+
+    #[test]
+    fn syscall_to_untraced_kernel_and_sysret_back() {
+        let mut t = tracer(false, true);
+        let mut cpu = Cpu(USER);
+        t.far_transfer(FarKind::Sysret, 0x1000, USER);
+        t.enable(0x1000);
+        t.take_packet_log();
+        let mut f = SystemFlow::default();
+        f.block(&mut t, 0x1000, block(&[0x1000], 2, BranchKind::Far(FarKind::Syscall)), &mut cpu);
+        cpu.0 = KERNEL;
+        f.block(&mut t, 0x9000, block(&[0x9000], 3, BranchKind::Far(FarKind::Sysret)), &mut cpu);
+        cpu.0 = USER;
+        f.block(&mut t, 0x1002, block(&[0x1002], 1, BranchKind::Return), &mut cpu);
+        assert_eq!(
+            t.take_packet_log(),
+            [Packet::TipPgd(IpPayload::SUPPRESSED), Packet::TipPge(u16ip(0x1002))]
+        );
+    }
+
+    #[test]
+    fn mov_cr3_with_os_tracing_sends_pip() {
+        let mut t = tracer(true, false);
+        let mut cpu = Cpu(KERNEL);
+        t.enable(0x1000);
+        t.take_packet_log();
+        let mut f = SystemFlow::default();
+        let mut b = (*block(&[0x1000], 3, BranchKind::None)).clone();
+        b.writes_cr3 = true;
+        f.block(&mut t, 0x1000, Arc::new(b), &mut cpu);
+        cpu.0.cr3 = 0x2000;
+        f.block(&mut t, 0x1003, block(&[0x1003], 1, BranchKind::Return), &mut cpu);
+        assert_eq!(t.take_packet_log(), [Packet::Pip { cr3: 0x2000, nr: false }]);
+    }
+}
