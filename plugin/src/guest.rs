@@ -34,3 +34,61 @@ pub fn read_u64(addr: u64) -> Option<u64> {
     let mut b = [0u8; 8];
     read_vaddr(addr, &mut b).then(|| u64::from_le_bytes(b))
 }
+
+/// Guest-physical memory of the current vCPU's address space, through QEMU's hwaddr accessors.
+/// Valid only inside vCPU callbacks (system mode). Non-RAM and failing accesses are errors.
+pub struct PhysMem;
+
+impl pttrace_core::guest_mem::GuestMemory for PhysMem {
+    fn read_phys(
+        &mut self,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), pttrace_core::guest_mem::MemError> {
+        use qemu_plugin::sys::{
+            qemu_plugin_hwaddr_operation_result as R, qemu_plugin_read_memory_hwaddr,
+        };
+        // SAFETY: real GLib array created and freed here.
+        unsafe {
+            let array = g_byte_array_new();
+            if array.is_null() {
+                return Err(pttrace_core::guest_mem::MemError::NotRam { addr });
+            }
+            let r = qemu_plugin_read_memory_hwaddr(addr, array, buf.len());
+            let ok = r == R::QEMU_PLUGIN_HWADDR_OPERATION_OK
+                && (*array).len as usize >= buf.len()
+                && !(*array).data.is_null();
+            if ok {
+                std::ptr::copy_nonoverlapping((*array).data, buf.as_mut_ptr(), buf.len());
+            }
+            g_byte_array_free(array, true);
+            if ok {
+                Ok(())
+            } else {
+                Err(pttrace_core::guest_mem::MemError::NotRam { addr })
+            }
+        }
+    }
+
+    fn write_phys(
+        &mut self,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), pttrace_core::guest_mem::MemError> {
+        use qemu_plugin::sys::{
+            qemu_plugin_hwaddr_operation_result as R, qemu_plugin_write_memory_hwaddr,
+        };
+        // QEMU only reads `data`/`len` of the array for a write.
+        let mut array = GByteArray {
+            data: data.as_ptr() as *mut u8,
+            len: data.len() as u32,
+        };
+        // SAFETY: `array` points at `data`, which outlives the call; QEMU does not keep it.
+        let r = unsafe { qemu_plugin_write_memory_hwaddr(addr, &mut array) };
+        if r == R::QEMU_PLUGIN_HWADDR_OPERATION_OK {
+            Ok(())
+        } else {
+            Err(pttrace_core::guest_mem::MemError::NotRam { addr })
+        }
+    }
+}

@@ -9,83 +9,16 @@
 
 mod guest;
 mod output;
+mod user;
 
-use output::{FileKey, Output};
-use parking_lot::{Mutex, RwLock};
-use pttrace_core::insn_class::{classify, BranchKind, ClassifiedInsn};
-use pttrace_core::options::Options;
-use pttrace_core::pt::tracer::{Context, Tracer};
-use pttrace_core::user_flow::{BlockEnd, UserFlow};
 use qemu_plugin::install::{Args, Info};
 use qemu_plugin::plugin::{HasCallbacks, Register};
-use qemu_plugin::{CallbackFlags, PluginId, RegisterDescriptor, TranslationBlock, VCPUIndex};
-use std::collections::HashMap;
-use std::fmt::Write as _;
-use std::io::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-
-/// vCPU indices the per-vCPU table can hold (qemu-x86_64 gives each guest thread a vCPU).
-const MAX_VCPUS: usize = 4096;
-/// Trace bytes a vCPU accumulates before handing them to the writer.
-const HANDOFF_BYTES: usize = 256 * 1024;
-
-/// What the execute callback of one translation block needs, computed at translation time.
-struct BlockInfo {
-    pc: u64,
-    n_insns: u64,
-    end: BlockEnd,
-}
-
-struct VcpuTrace {
-    thread: u32,
-    tracer: Tracer,
-    flow: UserFlow,
-    /// Retired instructions of this thread: the clock behind TSC packets (one tick per
-    /// instruction, deterministic).
-    icount: u64,
-    rsp: Option<RegisterDescriptor<'static>>,
-    truth: Option<Vec<u8>>,
-    last_truth_ip: u64,
-}
-
-struct SignalAction {
-    handler: u64,
-    restorer: u64,
-}
-
-struct Shared {
-    opts: Options,
-    out: Output,
-    vcpus: Box<[Mutex<Option<VcpuTrace>>]>,
-    next_thread: AtomicU32,
-    handlers: RwLock<Vec<SignalAction>>,
-    n_handlers: AtomicUsize,
-    /// Translated code already written to code.img: block PC -> its bytes.
-    code_seen: Mutex<HashMap<u64, Vec<u8>>>,
-    /// Pending mmap arguments per vCPU (for maps.txt).
-    pending_mmap: Mutex<HashMap<VCPUIndex, (u64, u64, i64, u64)>>,
-    maps: Mutex<Vec<String>>,
-    totals: Mutex<Totals>,
-    binary: OnceLock<String>,
-}
-
-#[derive(Default)]
-struct Totals {
-    threads: u32,
-    bytes: u64,
-    packets: u64,
-    psbs: u64,
-    blocks: u64,
-    signals: u64,
-    unexplained: u64,
-}
-
-static SHARED: OnceLock<Shared> = OnceLock::new();
+use qemu_plugin::{PluginId, TranslationBlock, VCPUIndex};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set in the child of a guest fork(): the writer thread does not exist there, and the child's
 /// trace would interleave with the parent's files, so the child is not traced (reported at exit).
-static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+pub(crate) static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_fork_child() {
     FORKED_CHILD.store(true, Ordering::Release);
@@ -99,7 +32,7 @@ unsafe extern "C" {
     ) -> std::os::raw::c_int;
 }
 
-fn forked_child() -> bool {
+pub(crate) fn forked_child() -> bool {
     FORKED_CHILD.load(Ordering::Relaxed) || BROKEN.load(Ordering::Relaxed)
 }
 
@@ -107,415 +40,64 @@ fn forked_child() -> bool {
 /// running; a panic must never unwind into QEMU's C frames.
 static BROKEN: AtomicBool = AtomicBool::new(false);
 
-fn guarded(what: &str, f: impl FnOnce()) {
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() && !BROKEN.swap(true, Ordering::AcqRel) {
+pub(crate) fn guarded(what: &str, f: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err()
+        && !BROKEN.swap(true, Ordering::AcqRel)
+    {
         eprintln!("pttrace: internal error in {what}; tracing stopped, the trace written so far is incomplete");
     }
 }
 
 /// `[rsp]` at a signal handler's first instruction holds the return address (sa_restorer); the
 /// interrupted RIP is in the rt_sigframe's ucontext: 8 (pretcode) + 40 (uc_flags, uc_link,
-/// uc_stack) + 16 * 8 (r8..rcx, rsp in target_sigcontext_64) bytes above it.
-const SIGFRAME_RIP_OFFSET: u64 = 8 + 40 + 16 * 8;
-
-impl Shared {
-    fn on_block(&self, vcpu: VCPUIndex, info: &BlockInfo) {
-        if forked_child() {
-            return;
-        }
-        let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
-        let mut guard = slot.lock();
-        let Some(v) = guard.as_mut() else { return };
-        v.icount += info.n_insns;
-        v.tracer.set_tsc(v.icount);
-        let rsp = v.rsp.as_ref();
-        let mut probe = |pc: u64| self.signal_resume_ip(pc, rsp);
-        v.flow.block(&mut v.tracer, info.pc, info.end, &mut probe);
-        if v.tracer.output().len() >= HANDOFF_BYTES {
-            self.out.send(FileKey::Pt(v.thread), v.tracer.take_output());
-        }
-    }
-
-    /// If `pc` is a registered signal handler and the stack holds a signal frame, return the
-    /// interrupted IP saved in it.
-    fn signal_resume_ip(&self, pc: u64, rsp: Option<&RegisterDescriptor<'static>>) -> Option<u64> {
-        if self.n_handlers.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        let restorer = {
-            let hs = self.handlers.read();
-            hs.iter().find(|h| h.handler == pc)?.restorer
-        };
-        let raw = rsp?.read().ok()?;
-        let sp = u64::from_le_bytes(raw.get(..8)?.try_into().ok()?);
-        let ret = guest::read_u64(sp)?;
-        if restorer != 0 && ret != restorer {
-            return None;
-        }
-        guest::read_u64(sp + SIGFRAME_RIP_OFFSET)
-    }
-
-    fn on_truth(&self, vcpu: VCPUIndex, ip: u64, rep_string: bool) {
-        if forked_child() {
-            return;
-        }
-        let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
-        let mut guard = slot.lock();
-        let Some(v) = guard.as_mut() else { return };
-        // A REP string instruction re-entered for its next iterations retires only once.
-        if rep_string && v.last_truth_ip == ip {
-            return;
-        }
-        v.last_truth_ip = ip;
-        if let Some(buf) = v.truth.as_mut() {
-            let _ = writeln!(HexLine(buf), "{ip:x}");
-            if buf.len() >= HANDOFF_BYTES {
-                let full = std::mem::take(buf);
-                self.out.send(FileKey::Truth(v.thread), full);
-            }
-        }
-    }
-
-    fn vcpu_init(&self, vcpu: VCPUIndex) {
-        let Some(slot) = self.vcpus.get(vcpu as usize) else {
-            eprintln!("pttrace: vCPU {vcpu} exceeds the {MAX_VCPUS} the plugin can trace; it is not traced");
-            return;
-        };
-        let thread = self.next_thread.fetch_add(1, Ordering::Relaxed);
-        let mut tracer = Tracer::new(self.opts.config, Context::KERNEL64);
-        let mut flow = UserFlow::default();
-        flow.start(&mut tracer);
-        let rsp = qemu_plugin::qemu_plugin_get_registers()
-            .ok()
-            .and_then(|regs| regs.into_iter().find(|r| r.name == "rsp"));
-        let v = VcpuTrace {
-            thread,
-            tracer,
-            flow,
-            icount: 0,
-            rsp,
-            truth: self.opts.truth.then(Vec::new),
-            last_truth_ip: u64::MAX,
-        };
-        let old = slot.lock().replace(v);
-        if let Some(old) = old {
-            self.finish(old);
-        }
-    }
-
-    fn vcpu_exit(&self, vcpu: VCPUIndex) {
-        if forked_child() {
-            return;
-        }
-        let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
-        let v = slot.lock().take();
-        if let Some(v) = v {
-            self.finish(v);
-        }
-    }
-
-    fn finish(&self, mut v: VcpuTrace) {
-        v.flow.finish(&mut v.tracer);
-        self.out.send(FileKey::Pt(v.thread), v.tracer.take_output());
-        self.out.close(FileKey::Pt(v.thread));
-        if let Some(buf) = v.truth.take() {
-            self.out.send(FileKey::Truth(v.thread), buf);
-            self.out.close(FileKey::Truth(v.thread));
-        }
-        let s = v.tracer.stats();
-        let f = v.flow.stats();
-        let mut t = self.totals.lock();
-        t.threads += 1;
-        t.bytes += s.bytes;
-        t.packets += s.packets;
-        t.psbs += s.psbs;
-        t.blocks += f.blocks;
-        t.signals += f.signals;
-        t.unexplained += f.unexplained;
-    }
-
-    fn at_exit(&self) {
-        if FORKED_CHILD.load(Ordering::Relaxed) {
-            eprintln!(
-                "pttrace: process {} was forked by the traced program; forked children are not traced",
-                std::process::id()
-            );
-            return;
-        }
-        for slot in self.vcpus.iter() {
-            let v = slot.lock().take();
-            if let Some(v) = v {
-                self.finish(v);
-            }
-        }
-        self.write_sideband();
-        let sync = self.out.sync();
-        let t = self.totals.lock();
-        eprintln!(
-            "pttrace: {} thread(s), {} PT bytes, {} packets, {} PSBs, {} blocks, {} signals{} -> {}",
-            t.threads,
-            t.bytes,
-            t.packets,
-            t.psbs,
-            t.blocks,
-            t.signals,
-            if t.unexplained > 0 { format!(", {} UNEXPLAINED transitions", t.unexplained) } else { String::new() },
-            self.opts.out.display()
-        );
-        if let Err(e) = sync {
-            eprintln!("pttrace: trace output incomplete: {e}");
-        }
-    }
-
-    fn translate(&self, tb: &TranslationBlock) {
-        self.binary.get_or_init(binary_meta);
-        let mut code = Vec::new();
-        let mut insns: Vec<(u64, Vec<u8>)> = Vec::new();
-        for insn in tb.instructions() {
-            let bytes = insn.data();
-            code.extend_from_slice(&bytes);
-            insns.push((insn.vaddr(), bytes));
-        }
-        let Some((last_ip, last_bytes)) = insns.last() else { return };
-        let last = classify(last_bytes, *last_ip, 64).unwrap_or(ClassifiedInsn {
-            ip: *last_ip,
-            len: last_bytes.len() as u8,
-            kind: BranchKind::None,
-            rep_string: false,
-        });
-        let pc = tb.vaddr();
-        self.record_code(pc, code);
-        let info = Arc::new(BlockInfo { pc, n_insns: insns.len() as u64, end: BlockEnd { last } });
-        tb.register_execute_callback_flags(
-            move |vcpu| {
-                if let Some(sh) = SHARED.get() {
-                    guarded("block callback", || sh.on_block(vcpu, &info));
-                }
-            },
-            CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
-        );
-        if self.opts.truth {
-            for (i, insn) in tb.instructions().enumerate() {
-                let ip = insns[i].0;
-                let rep = classify(&insns[i].1, ip, 64).is_some_and(|c| c.rep_string);
-                insn.register_execute_callback(move |vcpu| {
-                    if let Some(sh) = SHARED.get() {
-                        guarded("truth callback", || sh.on_truth(vcpu, ip, rep));
-                    }
-                });
-            }
-        }
-    }
-
-    /// Append the block's bytes to code.img unless identical bytes were already written there.
-    fn record_code(&self, pc: u64, code: Vec<u8>) {
-        let mut seen = self.code_seen.lock();
-        if seen.get(&pc).is_some_and(|old| *old == code) {
-            return;
-        }
-        let mut rec = Vec::with_capacity(12 + code.len());
-        rec.extend_from_slice(&pc.to_le_bytes());
-        rec.extend_from_slice(&(code.len() as u32).to_le_bytes());
-        rec.extend_from_slice(&code);
-        self.out.send(FileKey::Code, rec);
-        seen.insert(pc, code);
-    }
-
-    /// execve replaces the process without running atexit: the calling thread enters the kernel
-    /// now (TIP.PGD), and every buffered byte is written before the syscall runs. If execve
-    /// fails, the thread resumes with a TIP.PGE like after any syscall.
-    fn flush_for_exec(&self, vcpu: VCPUIndex) {
-        for (i, slot) in self.vcpus.iter().enumerate() {
-            let mut guard = slot.lock();
-            let Some(v) = guard.as_mut() else { continue };
-            if i == vcpu as usize {
-                v.flow.finish(&mut v.tracer);
-            }
-            self.out.send(FileKey::Pt(v.thread), v.tracer.take_output());
-            if let Some(buf) = v.truth.as_mut() {
-                self.out.send(FileKey::Truth(v.thread), std::mem::take(buf));
-            }
-        }
-        self.write_sideband();
-        if let Err(e) = self.out.sync() {
-            eprintln!("pttrace: trace output incomplete: {e}");
-        }
-    }
-
-    fn write_sideband(&self) {
-        if let Err(e) = std::fs::write(self.opts.out.join("maps.txt"), self.maps.lock().join("")) {
-            eprintln!("pttrace: writing maps.txt: {e}");
-        }
-        if let Err(e) = write_meta(&self.opts, self.binary.get().map(String::as_str).unwrap_or("")) {
-            eprintln!("pttrace: writing meta.txt: {e}");
-        }
-    }
-
-    fn syscall(&self, vcpu: VCPUIndex, num: i64, a: [u64; 6]) {
-        if forked_child() {
-            return;
-        }
-        match num {
-            // execve, execveat
-            59 | 322 => self.flush_for_exec(vcpu),
-            // rt_sigaction(sig, act, oact, sigsetsize): struct sigaction { handler, flags, restorer, mask }
-            13 if a[1] != 0 => {
-                let (Some(handler), Some(restorer)) = (guest::read_u64(a[1]), guest::read_u64(a[1] + 16)) else {
-                    return;
-                };
-                if handler <= 1 {
-                    return; // SIG_DFL, SIG_IGN
-                }
-                let mut hs = self.handlers.write();
-                if let Some(h) = hs.iter_mut().find(|h| h.handler == handler) {
-                    h.restorer = restorer;
-                } else {
-                    hs.push(SignalAction { handler, restorer });
-                }
-                self.n_handlers.store(hs.len(), Ordering::Release);
-            }
-            // mmap(addr, len, prot, flags, fd, off): executable file mappings go to maps.txt.
-            9 if a[2] & 4 != 0 && (a[4] as i64) >= 0 => {
-                self.pending_mmap.lock().insert(vcpu, (a[1], a[2], a[4] as i64, a[5]));
-            }
-            _ => {}
-        }
-    }
-
-    fn syscall_return(&self, vcpu: VCPUIndex, num: i64, ret: i64) {
-        if num != 9 || forked_child() {
-            return;
-        }
-        let Some((len, _prot, fd, off)) = self.pending_mmap.lock().remove(&vcpu) else { return };
-        if ret < 0 && ret > -4096 {
-            return;
-        }
-        let path = std::fs::read_link(format!("/proc/self/fd/{fd}"))
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| format!("fd:{fd}"));
-        let start = ret as u64;
-        self.maps.lock().push(format!("{:x} {:x} {:x} {}\n", start, start + len, off, path));
-    }
-}
-
-/// `fmt::Write` over a byte buffer (hex formatting without allocation).
-struct HexLine<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for HexLine<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
-}
-
-/// The guest binary's path and layout; only known once the guest is loaded (first translation).
-fn binary_meta() -> String {
-    let mut m = String::new();
-    if let Ok(Some(p)) = qemu_plugin::qemu_plugin_path_to_binary() {
-        let _ = writeln!(m, "binary={}", p.display());
-    }
-    if let (Some(s), Some(e)) = (qemu_plugin::qemu_plugin_start_code(), qemu_plugin::qemu_plugin_end_code()) {
-        let _ = writeln!(m, "start_code={s:x}\nend_code={e:x}");
-    }
-    if let Some(e) = qemu_plugin::qemu_plugin_entry_code() {
-        let _ = writeln!(m, "entry={e:x}");
-    }
-    m
-}
-
-fn write_meta(opts: &Options, binary: &str) -> std::io::Result<()> {
-    let mut m = String::new();
-    let _ = writeln!(m, "format=pttrace-1");
-    let _ = writeln!(m, "mode=user");
-    m.push_str(binary);
-    let _ = writeln!(m, "rtit_ctl={:#x}", opts.config.ctl.0 | 1);
-    let _ = writeln!(m, "options={}", opts.raw.join(","));
-    let mut f = std::fs::File::create(opts.out.join("meta.txt"))?;
-    f.write_all(m.as_bytes())
-}
 
 #[derive(Default)]
 struct PtTrace;
 
 impl Register for PtTrace {
     fn register(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
+        if info.target_name != "x86_64"
+            && info.target_name != "x86_64-linux-user"
+            && info.target_name != "x86_64-softmmu"
+        {
+            fail(&format!("target '{}' is not x86_64", info.target_name));
+        }
         if info.system.is_some() {
             fail("full-system mode is not implemented yet; use qemu-x86_64 (user mode)");
         }
-        if info.target_name != "x86_64" && info.target_name != "x86_64-linux-user" {
-            fail(&format!("target '{}' is not x86_64", info.target_name));
-        }
-        let opts = Options::parse(args.raw.iter().map(String::as_str)).unwrap_or_else(|e| fail(&e.0));
-        if let Err(e) = std::fs::create_dir_all(&opts.out) {
-            fail(&format!("option 'out': cannot create {}: {e}", opts.out.display()));
-        }
-        // A fresh directory per run: stale streams from an earlier run would be decoded too.
-        if let Ok(rd) = std::fs::read_dir(&opts.out) {
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if (name.starts_with("thread-") && (name.ends_with(".pt") || name.ends_with(".truth")))
-                    || name == "code.img"
-                {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
-        }
-        if let Err(e) = write_meta(&opts, "") {
-            fail(&format!("option 'out': cannot write {}: {e}", opts.out.join("meta.txt").display()));
-        }
-        let out = Output::start(&opts.out).unwrap_or_else(|e| fail(&format!("cannot start writer thread: {e}")));
-        out.send(FileKey::Code, b"PTCODE1\n".to_vec());
-        let shared = Shared {
-            opts,
-            out,
-            vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
-            next_thread: AtomicU32::new(1),
-            handlers: RwLock::new(Vec::new()),
-            n_handlers: AtomicUsize::new(0),
-            code_seen: Mutex::new(HashMap::new()),
-            pending_mmap: Mutex::new(HashMap::new()),
-            maps: Mutex::new(Vec::new()),
-            totals: Mutex::new(Totals::default()),
-            binary: OnceLock::new(),
-        };
-        if SHARED.set(shared).is_err() {
-            fail("plugin loaded twice");
-        }
         // SAFETY: registers a plain function; called by the C library in the child after fork().
         unsafe { pthread_atfork(None, None, Some(on_fork_child)) };
-        qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {
-            if let Some(sh) = SHARED.get() {
-                guarded("exit", || sh.at_exit());
-            }
-        })?;
-        Ok(())
+        user::install(id, args)
     }
 }
 
 /// Report a configuration error and stop QEMU with a non-zero status (a panic here would abort
 /// QEMU with a core dump instead of a message).
-fn fail(msg: &str) -> ! {
+pub(crate) fn fail(msg: &str) -> ! {
     eprintln!("pttrace: {msg}");
     std::process::exit(1);
 }
-
 impl HasCallbacks for PtTrace {
     fn on_vcpu_init(&mut self, _id: PluginId, vcpu: VCPUIndex) -> qemu_plugin::Result<()> {
-        if let Some(sh) = SHARED.get() {
+        if let Some(sh) = user::SHARED.get() {
             guarded("vcpu init", || sh.vcpu_init(vcpu));
         }
         Ok(())
     }
 
     fn on_vcpu_exit(&mut self, _id: PluginId, vcpu: VCPUIndex) -> qemu_plugin::Result<()> {
-        if let Some(sh) = SHARED.get() {
+        if let Some(sh) = user::SHARED.get() {
             guarded("vcpu exit", || sh.vcpu_exit(vcpu));
         }
         Ok(())
     }
 
-    fn on_translation_block_translate(&mut self, _id: PluginId, tb: TranslationBlock) -> qemu_plugin::Result<()> {
-        if let Some(sh) = SHARED.get() {
+    fn on_translation_block_translate(
+        &mut self,
+        _id: PluginId,
+        tb: TranslationBlock,
+    ) -> qemu_plugin::Result<()> {
+        if let Some(sh) = user::SHARED.get() {
             guarded("translation", || sh.translate(&tb));
         }
         Ok(())
@@ -535,14 +117,22 @@ impl HasCallbacks for PtTrace {
         _a7: u64,
         _a8: u64,
     ) -> qemu_plugin::Result<()> {
-        if let Some(sh) = SHARED.get() {
-            guarded("syscall", || sh.syscall(vcpu, num, [a1, a2, a3, a4, a5, a6]));
+        if let Some(sh) = user::SHARED.get() {
+            guarded("syscall", || {
+                sh.syscall(vcpu, num, [a1, a2, a3, a4, a5, a6])
+            });
         }
         Ok(())
     }
 
-    fn on_syscall_return(&mut self, _id: PluginId, vcpu: VCPUIndex, num: i64, ret: i64) -> qemu_plugin::Result<()> {
-        if let Some(sh) = SHARED.get() {
+    fn on_syscall_return(
+        &mut self,
+        _id: PluginId,
+        vcpu: VCPUIndex,
+        num: i64,
+        ret: i64,
+    ) -> qemu_plugin::Result<()> {
+        if let Some(sh) = user::SHARED.get() {
             guarded("syscall return", || sh.syscall_return(vcpu, num, ret));
         }
         Ok(())

@@ -50,7 +50,9 @@ impl Output {
         // and signals with host signals, and its handlers expect to run on a vCPU thread. A new
         // thread inherits the creator's mask, so block everything around the spawn.
         let spawned = with_all_signals_blocked(|| {
-            std::thread::Builder::new().name("pttrace-writer".into()).spawn(move || writer(dir, rx))
+            std::thread::Builder::new()
+                .name("pttrace-writer".into())
+                .spawn(move || writer(dir, rx))
         });
         spawned?;
         Ok(Output { tx })
@@ -71,8 +73,12 @@ impl Output {
     /// Wait until everything sent so far is written; returns the first write error, if any.
     pub fn sync(&self) -> Result<(), String> {
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
-        self.tx.send(Msg::Sync(ack_tx)).map_err(|_| "pttrace: writer thread is gone".to_string())?;
-        ack_rx.recv().map_err(|_| "pttrace: writer thread is gone".to_string())?
+        self.tx
+            .send(Msg::Sync(ack_tx))
+            .map_err(|_| "pttrace: writer thread is gone".to_string())?;
+        ack_rx
+            .recv()
+            .map_err(|_| "pttrace: writer thread is gone".to_string())?
     }
 }
 
@@ -95,7 +101,10 @@ fn writer(dir: PathBuf, rx: Receiver<Msg>) {
                         match File::create(&path) {
                             Ok(f) => e.insert(BufWriter::with_capacity(1 << 20, f)),
                             Err(err) => {
-                                note(format!("cannot create {}: {err}", path.display()), &mut error);
+                                note(
+                                    format!("cannot create {}: {err}", path.display()),
+                                    &mut error,
+                                );
                                 continue;
                             }
                         }
