@@ -163,6 +163,59 @@ impl Options {
     }
 }
 
+/// Options of the full-system plugin (`qemu-system-x86_64`). The guest programs the trace
+/// itself through the IA32_RTIT_* MSRs; the options choose the capability profile and host-side
+/// copies for debugging and tests.
+#[derive(Clone, Debug)]
+pub struct SystemOptions {
+    /// Capability profile the guest sees through CPUID leaf 14H.
+    pub caps: crate::pt::caps::PtCaps,
+    /// If set: also write each vCPU's packet stream to DIR/cpu-N.pt (exactly the bytes written to
+    /// guest memory), code.img, and with `truth` the executed instructions to DIR/cpu-N.truth.
+    pub out: Option<PathBuf>,
+    pub truth: bool,
+    pub raw: Vec<String>,
+}
+
+pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
+  profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default)
+  out=DIR           also copy every vCPU's trace stream to DIR/cpu-N.pt (and code.img)
+  truth=0|1         with out=: log every executed instruction to DIR/cpu-N.truth";
+
+impl SystemOptions {
+    pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<SystemOptions, OptionError> {
+        let mut o = SystemOptions { caps: crate::pt::caps::PtCaps::SKYLAKE, out: None, truth: false, raw: Vec::new() };
+        for arg in args {
+            o.raw.push(arg.to_string());
+            let Some((key, v)) = arg.split_once('=') else {
+                return err(format!("option '{arg}' has no value (expected key=value)\n{SYSTEM_USAGE}"));
+            };
+            match key {
+                "profile" => {
+                    o.caps = crate::pt::caps::PtCaps::by_name(v).ok_or_else(|| {
+                        OptionError(format!(
+                            "option 'profile': unknown profile '{v}' (accepted: {})",
+                            crate::pt::caps::PtCaps::PROFILE_NAMES.join(", ")
+                        ))
+                    })?;
+                }
+                "out" => {
+                    if v.is_empty() || v == "on" {
+                        return err("option 'out' needs a directory: out=DIR".into());
+                    }
+                    o.out = Some(PathBuf::from(v));
+                }
+                "truth" => o.truth = parse_bool(key, v)?,
+                _ => return err(format!("unknown option '{key}'\n{SYSTEM_USAGE}")),
+            }
+        }
+        if o.truth && o.out.is_none() {
+            return err("option 'truth' needs out=DIR".into());
+        }
+        Ok(o)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +260,11 @@ mod tests {
         assert!(e("filter=0x2000-0x1000").contains("above its end"));
         assert!(e("filter=0x0000800000000000-0x0000800000000001").contains("canonical"));
         assert!(e("mtc=1").contains("not implemented"));
+        let s = |a: &str| SystemOptions::parse([a]).unwrap_err().0;
+        assert!(s("profile=pentium").contains("accepted: skylake"));
+        assert!(s("truth=1").contains("needs out=DIR"));
+        assert!(s("branch=1").contains("unknown option 'branch'"));
+        assert!(SystemOptions::parse(["profile=skylake", "out=/tmp/x", "truth=1"]).is_ok());
         let three = Options::parse(["filter=1-2", "filter=3-4", "stop=5-6"]).unwrap_err().0;
         assert!(three.contains("at most 2"));
     }
