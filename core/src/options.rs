@@ -170,8 +170,8 @@ impl Options {
 pub struct SystemOptions {
     /// Capability profile the guest sees through CPUID leaf 14H.
     pub caps: crate::pt::caps::PtCaps,
-    /// If set: also write each vCPU's packet stream to DIR/cpu-N.pt (exactly the bytes written to
-    /// guest memory), code.img, and with `truth` the executed instructions to DIR/cpu-N.truth.
+    /// If set: also write each vCPU's packet stream to DIR/thread-N.pt for vCPU N-1 (exactly the bytes written to
+    /// guest memory), code.img, and with `truth` the executed instructions to DIR/thread-N.truth.
     pub out: Option<PathBuf>,
     pub truth: bool,
     pub raw: Vec<String>,
@@ -179,8 +179,8 @@ pub struct SystemOptions {
 
 pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
   profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default)
-  out=DIR           also copy every vCPU's trace stream to DIR/cpu-N.pt (and code.img)
-  truth=0|1         with out=: log every executed instruction to DIR/cpu-N.truth";
+  out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
+  truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth";
 
 impl SystemOptions {
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<SystemOptions, OptionError> {

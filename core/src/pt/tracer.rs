@@ -342,6 +342,41 @@ impl Tracer {
         self.packet_en = false;
     }
 
+    /// Replace the configuration (IA32_RTIT_CTL without TraceEn, CR3_MATCH, ADDRn) while
+    /// TraceEn = 0; hardware only accepts such changes with tracing off.
+    pub fn reconfigure(&mut self, mut cfg: TraceConfig) {
+        if self.cfg.ctl.trace_en() {
+            return;
+        }
+        cfg.ctl.set_trace_en(false);
+        self.cfg = cfg;
+    }
+
+    /// Set the current context without generating packets (tracing off, or start-up).
+    pub fn set_context(&mut self, ctx: Context) {
+        if !self.cfg.ctl.trace_en() {
+            self.ctx = ctx;
+        }
+    }
+
+    /// Bytes written since the last PSB (IA32_RTIT_STATUS.PacketByteCnt).
+    pub fn packet_byte_count(&self) -> u64 {
+        self.psb_bytes
+    }
+
+    /// FilterEn and ContextEn as IA32_RTIT_STATUS reports them.
+    pub fn status_bits(&self) -> (bool, bool, bool) {
+        (self.filter_en, context_en(&self.cfg, &self.ctx), self.trigger_en())
+    }
+
+    /// TraceStop or an output error ended packet generation: TriggerEn = 0 without packets
+    /// (the output unit already stopped accepting bytes).
+    pub fn stop_without_packets(&mut self) {
+        self.flush_tnt();
+        self.stopped = true;
+        self.packet_en = false;
+    }
+
     /// WRMSR to IA32_RTIT_CTL at `ip` (next instruction `nlip`) with `value` (already checked
     /// by the caller for #GP conditions). Setting TraceEn enables at `nlip` with the new
     /// configuration; clearing it disables at the WRMSR (FUP(ip), TIP.PGD); other fields only
