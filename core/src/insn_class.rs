@@ -101,6 +101,43 @@ pub fn system_op(bytes: &[u8], bitness: u32) -> Option<SystemOp> {
     }
 }
 
+/// The memory operand of an instruction, with registers named as the plugin register API names
+/// the full 64-bit registers ("rax", "r8", ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemOperand {
+    pub base: Option<String>,
+    pub index: Option<String>,
+    pub scale: u32,
+    /// Displacement; for RIP-relative operands already the absolute address.
+    pub displacement: u64,
+    /// "fs" or "gs" for an FS/GS segment override (the only non-zero bases in 64-bit mode).
+    pub segment: Option<&'static str>,
+}
+
+/// Decode the memory operand of the instruction at the start of `bytes` at `ip`.
+pub fn memory_operand(bytes: &[u8], ip: u64, bitness: u32) -> Option<MemOperand> {
+    use iced_x86::{OpKind, Register};
+    let insn = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE).decode();
+    if insn.is_invalid() || !(0..insn.op_count()).any(|i| insn.op_kind(i) == OpKind::Memory) {
+        return None;
+    }
+    let name = |r: Register| -> Option<String> {
+        (r != Register::None).then(|| format!("{:?}", r.full_register()).to_lowercase())
+    };
+    let rip_relative = insn.is_ip_rel_memory_operand();
+    Some(MemOperand {
+        base: if rip_relative { None } else { name(insn.memory_base()) },
+        index: name(insn.memory_index()),
+        scale: insn.memory_index_scale(),
+        displacement: if rip_relative { insn.ip_rel_memory_address() } else { insn.memory_displacement64() },
+        segment: match insn.memory_segment() {
+            Register::FS => Some("fs"),
+            Register::GS => Some("gs"),
+            _ => None,
+        },
+    })
+}
+
 /// Classify the instruction at `ip` whose bytes start `bytes` (64-bit mode unless `bitness` says
 /// otherwise). Returns None if the bytes do not decode to a valid instruction.
 pub fn classify(bytes: &[u8], ip: u64, bitness: u32) -> Option<ClassifiedInsn> {
@@ -201,6 +238,11 @@ mod tests {
         assert_eq!(system_op(&[0x0F, 0x22, 0xD8], 64), Some(SystemOp::MovToCr3)); // mov cr3, rax
         assert_eq!(system_op(&[0x0F, 0x20, 0xD8], 64), None); // mov rax, cr3
         assert_eq!(system_op(&[0x0F, 0x01, 0x10], 64), Some(SystemOp::Lgdt)); // lgdt [rax]
+        let m = memory_operand(&[0x0F, 0x01, 0x54, 0x8B, 0x10], 0, 64).unwrap(); // lgdt [rbx+rcx*4+0x10]
+        assert_eq!((m.base.as_deref(), m.index.as_deref(), m.scale, m.displacement), (Some("rbx"), Some("rcx"), 4, 0x10));
+        let r = memory_operand(&[0x0F, 0x01, 0x15, 0x10, 0, 0, 0], 0x1000, 64).unwrap(); // lgdt [rip+0x10]
+        assert_eq!((r.base, r.displacement), (None, 0x1017));
+        assert!(memory_operand(&[0x90], 0, 64).is_none());
         assert!(!classify(&[0xA4], 0, 64).unwrap().rep_string); // movsb
     }
 }

@@ -9,6 +9,8 @@
 
 mod guest;
 mod output;
+mod regs;
+mod system;
 mod user;
 
 use qemu_plugin::install::{Args, Info};
@@ -63,7 +65,7 @@ impl Register for PtTrace {
             fail(&format!("target '{}' is not x86_64", info.target_name));
         }
         if info.system.is_some() {
-            fail("full-system mode is not implemented yet; use qemu-x86_64 (user mode)");
+            return system::install(id, args);
         }
         // SAFETY: registers a plain function; called by the C library in the child after fork().
         unsafe { pthread_atfork(None, None, Some(on_fork_child)) };
@@ -82,6 +84,7 @@ impl HasCallbacks for PtTrace {
         if let Some(sh) = user::SHARED.get() {
             guarded("vcpu init", || sh.vcpu_init(vcpu));
         }
+        guarded("vcpu init", || system::vcpu_init(vcpu));
         Ok(())
     }
 
@@ -100,6 +103,7 @@ impl HasCallbacks for PtTrace {
         if let Some(sh) = user::SHARED.get() {
             guarded("translation", || sh.translate(&tb));
         }
+        guarded("translation", || system::translate(&tb));
         Ok(())
     }
 

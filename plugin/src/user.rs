@@ -384,7 +384,7 @@ impl Shared {
 }
 
 /// `fmt::Write` over a byte buffer (hex formatting without allocation).
-struct HexLine<'a>(&'a mut Vec<u8>);
+pub(crate) struct HexLine<'a>(pub(crate) &'a mut Vec<u8>);
 
 impl std::fmt::Write for HexLine<'_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {

@@ -5,6 +5,8 @@ pub mod dump;
 pub mod encode;
 pub mod filter;
 pub mod last_ip;
+pub mod msr;
+pub mod output;
 pub mod packet;
 pub mod ret_stack;
 pub mod rtit_ctl;

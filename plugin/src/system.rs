@@ -1,0 +1,581 @@
+//! Full-system mode (`qemu-system-x86_64`): the guest enumerates Intel PT through CPUID, programs
+//! it with WRMSR, and finds the trace in its own memory.
+//!
+//! - CPUID leaves 0, 7 and 14H are answered from the capability profile: the CPUID instruction
+//!   runs normally and its result registers are rewritten before the next instruction.
+//! - RDMSR/WRMSR of the IA32_RTIT_* MSRs (and IA32_PERF_GLOBAL_STATUS bit 55) go to the core's
+//!   MSR file. RDMSR results are written into EDX:EAX after the instruction (TCG returns 0 for
+//!   MSRs it does not know). A WRMSR that faults on hardware is steered to IA32_APIC_BASE with
+//!   reserved bits set, which makes QEMU raise #GP(0) at that WRMSR; the guest's ECX/EDX are
+//!   restored when the exception is delivered, so the handler sees the registers unchanged.
+//! - Interrupts and exceptions come from QEMU's discontinuity callback (QEMU 10.2), which the
+//!   qemu-plugin crate does not bind (declared here).
+//! - Packet bytes go through the output unit (ToPA or single range) into guest-physical memory
+//!   from vCPU context; with `out=DIR` they are also copied to DIR/thread-N.pt for vCPU N-1
+//!   (the layout `pttrace decode` reads).
+
+use crate::guest::{self, PhysMem};
+use crate::output::{FileKey, Output};
+use crate::regs::Regs;
+use crate::{fail, guarded};
+use parking_lot::Mutex;
+use pttrace_core::guest_mem::GuestMemory;
+use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, SystemOp};
+use pttrace_core::options::SystemOptions;
+use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect};
+use pttrace_core::pt::output::OutputUnit;
+use pttrace_core::pt::packet::ExecMode;
+use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
+use pttrace_core::system_flow::{CpuView, SysBlock, SystemFlow};
+use qemu_plugin::install::Args;
+use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, OnceLock};
+
+const MAX_VCPUS: usize = 1024;
+/// IA32_APIC_BASE: QEMU raises #GP(0) for a WRMSR with its reserved bits 63:52 set.
+const MSR_IA32_APIC_BASE: u64 = 0x1B;
+/// xAPIC registers (default base 0xFEE00000): LVT performance-counter entry and ICR low.
+const APIC_LVTPC: u64 = 0xFEE0_0340;
+const APIC_ICR_LOW: u64 = 0xFEE0_0300;
+
+struct BlockInfo {
+    pc: u64,
+    n_insns: u64,
+    block: Arc<SysBlock>,
+}
+
+/// Work left for "right after the current instruction".
+#[derive(Default)]
+struct Pending {
+    /// CPUID (leaf, subleaf) whose result registers must be rewritten.
+    cpuid: Option<(u32, u32)>,
+    /// RDMSR index whose EDX:EAX must be replaced.
+    rdmsr: Option<u32>,
+    /// Guest RCX/RDX to restore after a steered (faulting) WRMSR.
+    gp_restore: Option<(u64, u64)>,
+}
+
+struct Vcpu {
+    index: u32,
+    tracer: Tracer,
+    flow: SystemFlow,
+    msrs: RtitMsrs,
+    output: OutputUnit,
+    /// The output unit accepted the current TraceEn=1 configuration.
+    output_active: bool,
+    regs: Regs,
+    /// GDTR.base as last loaded by LGDT (for CS.L / CS.D).
+    gdt_base: Option<u64>,
+    pending: Pending,
+    icount: u64,
+    truth: Option<Vec<u8>>,
+}
+
+pub struct Shared {
+    opts: SystemOptions,
+    out: Option<Output>,
+    vcpus: Box<[Mutex<Option<Vcpu>>]>,
+    code_seen: Mutex<HashMap<u64, Vec<u8>>>,
+}
+
+pub static SHARED: OnceLock<Shared> = OnceLock::new();
+
+/// CpuView over the live registers of the current vCPU.
+struct LiveCpu<'a> {
+    regs: &'a Regs,
+    gdt_base: Option<u64>,
+}
+
+impl CpuView for LiveCpu<'_> {
+    fn context(&mut self) -> Context {
+        current_context(self.regs, self.gdt_base)
+    }
+}
+
+/// CPL, CR3 and the execution mode (SDM §33.4.2.8 MODE.Exec: CS.L & IA32_EFER.LMA, CS.D) from the
+/// registers and the CS descriptor in the GDT.
+fn current_context(regs: &Regs, gdt_base: Option<u64>) -> Context {
+    let cs = regs.get("cs").unwrap_or(0);
+    let cr0 = regs.get("cr0").unwrap_or(0);
+    let cr3 = regs.get("cr3").unwrap_or(0);
+    let efer = regs.get("efer").unwrap_or(0);
+    let lma = efer & (1 << 10) != 0;
+    let protected = cr0 & 1 != 0;
+    let cpl = if protected { (cs & 3) as u8 } else { 0 };
+    let mode = if !protected {
+        ExecMode::Bit16
+    } else {
+        match gdt_base.filter(|_| cs & 4 == 0).and_then(|b| guest::read_u64(b + (cs & !7))) {
+            Some(desc) => ExecMode::from_cs(lma, desc & (1 << 53) != 0, desc & (1 << 54) != 0),
+            // No GDT seen (or an LDT selector): assume the common flat segments.
+            None if lma => ExecMode::Bit64,
+            None => ExecMode::Bit32,
+        }
+    };
+    Context { cpl, cr3, mode }
+}
+
+impl Shared {
+    fn with_vcpu(&self, vcpu: VCPUIndex, f: impl FnOnce(&Shared, &mut Vcpu)) {
+        let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
+        let mut guard = slot.lock();
+        if let Some(v) = guard.as_mut() {
+            f(self, v);
+        }
+    }
+
+    fn vcpu_init(&self, vcpu: VCPUIndex) {
+        let Some(slot) = self.vcpus.get(vcpu as usize) else {
+            eprintln!("pttrace: vCPU {vcpu} exceeds the {MAX_VCPUS} the plugin can model; it has no Intel PT");
+            return;
+        };
+        let regs = Regs::discover();
+        let missing = regs.missing();
+        if !missing.is_empty() {
+            fail(&format!("QEMU does not expose registers {missing:?}; full-system mode needs them"));
+        }
+        let caps = self.opts.caps;
+        let v = Vcpu {
+            index: vcpu,
+            tracer: Tracer::new(TraceConfig { num_ranges: caps.num_addr_ranges as usize, ..TraceConfig::default() }, Context::KERNEL64),
+            flow: SystemFlow::default(),
+            msrs: RtitMsrs::default(),
+            output: OutputUnit::new(caps),
+            output_active: false,
+            regs,
+            gdt_base: None,
+            pending: Pending::default(),
+            icount: 0,
+            truth: self.opts.truth.then(Vec::new),
+        };
+        *slot.lock() = Some(v);
+    }
+
+    fn translate(&self, tb: &TranslationBlock) {
+        let mut insns = Vec::new();
+        let mut code = Vec::new();
+        for insn in tb.instructions() {
+            let bytes = insn.data();
+            code.extend_from_slice(&bytes);
+            insns.push((insn.vaddr(), bytes));
+        }
+        let Some((last_ip, last_bytes)) = insns.last() else { return };
+        let bitness = 64; // classification of COFIs does not depend on the mode for the cases used
+        let last = classify(last_bytes, *last_ip, bitness).unwrap_or(ClassifiedInsn {
+            ip: *last_ip,
+            len: last_bytes.len() as u8,
+            kind: BranchKind::None,
+            rep_string: false,
+        });
+        let writes_cr3 = system_op(last_bytes, bitness) == Some(SystemOp::MovToCr3);
+        let pc = tb.vaddr();
+        if self.out.is_some() {
+            self.record_code(pc, code);
+        }
+        let block = Arc::new(SysBlock { insns: insns.iter().map(|i| i.0).collect(), last, writes_cr3 });
+        let info = Arc::new(BlockInfo { pc, n_insns: insns.len() as u64, block });
+        tb.register_execute_callback_flags(
+            move |vcpu| {
+                if let Some(sh) = SHARED.get() {
+                    guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, &info)));
+                }
+            },
+            CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
+        );
+        for (i, insn) in tb.instructions().enumerate() {
+            let (ip, bytes) = (insns[i].0, insns[i].1.clone());
+            let op = system_op(&bytes, bitness);
+            if let Some(op) = op {
+                let len = bytes.len() as u64;
+                insn.register_execute_callback_flags(
+                    move |vcpu| {
+                        if let Some(sh) = SHARED.get() {
+                            guarded("system instruction", || sh.with_vcpu(vcpu, |sh, v| sh.before_op(v, op, ip, len, &bytes)));
+                        }
+                    },
+                    CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
+                );
+            }
+            // Results of the previous instruction's CPUID/RDMSR are patched before this one runs.
+            let prev_needs_fixup = i > 0 && matches!(system_op(&insns[i - 1].1, bitness), Some(SystemOp::Cpuid | SystemOp::Rdmsr));
+            if prev_needs_fixup {
+                insn.register_execute_callback_flags(
+                    move |vcpu| {
+                        if let Some(sh) = SHARED.get() {
+                            guarded("fixup", || sh.with_vcpu(vcpu, |sh, v| sh.apply_pending(v)));
+                        }
+                    },
+                    CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
+                );
+            }
+            if self.opts.truth {
+                insn.register_execute_callback(move |vcpu| {
+                    if let Some(sh) = SHARED.get() {
+                        guarded("truth", || {
+                            sh.with_vcpu(vcpu, |_, v| {
+                                if let Some(t) = v.truth.as_mut() {
+                                    let _ = writeln!(crate::user::HexLine(t), "{ip:x}");
+                                }
+                            })
+                        });
+                    }
+                });
+            }
+        }
+    }
+
+    fn record_code(&self, pc: u64, code: Vec<u8>) {
+        let Some(out) = &self.out else { return };
+        let mut seen = self.code_seen.lock();
+        if seen.get(&pc).is_some_and(|old| *old == code) {
+            return;
+        }
+        let mut rec = Vec::with_capacity(12 + code.len());
+        rec.extend_from_slice(&pc.to_le_bytes());
+        rec.extend_from_slice(&(code.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&code);
+        out.send(FileKey::Code, rec);
+        seen.insert(pc, code);
+    }
+
+    fn on_block(&self, v: &mut Vcpu, info: &BlockInfo) {
+        self.apply_pending(v);
+        v.icount += info.n_insns;
+        v.tracer.set_tsc(v.icount);
+        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
+        v.flow.block(&mut v.tracer, info.pc, info.block.clone(), &mut cpu);
+        self.drain(v);
+        if let (Some(out), Some(t)) = (&self.out, v.truth.as_mut()) {
+            if t.len() >= 256 * 1024 {
+                out.send(FileKey::Truth(v.index + 1), std::mem::take(t));
+            }
+        }
+    }
+
+    /// Hand the generated packets to the output unit (guest memory) and the host mirror.
+    fn drain(&self, v: &mut Vcpu) {
+        if v.tracer.output().is_empty() {
+            return;
+        }
+        let bytes = v.tracer.take_output();
+        if v.output_active {
+            let outcome = v.output.write(&mut PhysMem, &bytes);
+            if let Some(out) = &self.out {
+                out.send(FileKey::Pt(v.index + 1), bytes[..outcome.written.min(bytes.len())].to_vec());
+            }
+            if outcome.pmi {
+                self.raise_topa_pmi(v);
+            }
+            if outcome.stopped {
+                v.msrs.status.set_stopped(true);
+                v.tracer.stop_without_packets();
+            }
+            if outcome.error.is_some() {
+                v.msrs.status.set_error(true);
+                v.output_active = false;
+                v.tracer.stop_without_packets();
+            }
+        }
+        self.sync_status(v);
+    }
+
+    /// IA32_RTIT_STATUS and the output pointers as hardware shows them right now.
+    fn sync_status(&self, v: &mut Vcpu) {
+        let (filter_en, context_en, trigger_en) = v.tracer.status_bits();
+        v.msrs.status.set_filter_en(filter_en);
+        v.msrs.status.set_context_en(context_en);
+        v.msrs.status.set_trigger_en(trigger_en);
+        v.msrs.status.set_packet_byte_cnt(v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32);
+        if v.output_active {
+            v.msrs.output_base = v.output.output_base();
+            v.msrs.output_mask_ptrs = OutputMaskPtrs::new(v.output.output_mask_ptrs());
+        }
+    }
+
+    /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] and a PMI through the
+    /// local APIC's performance-counter LVT, as a performance-monitoring overflow would.
+    fn raise_topa_pmi(&self, v: &mut Vcpu) {
+        v.msrs.set_topa_pmi();
+        let mut mem = PhysMem;
+        let mut lvt = [0u8; 4];
+        if mem.read_phys(APIC_LVTPC, &mut lvt).is_err() {
+            return;
+        }
+        let lvt = u32::from_le_bytes(lvt);
+        if lvt & (1 << 16) != 0 {
+            return; // masked: the PMI stays pending in GLOBAL_STATUS
+        }
+        let icr = match (lvt >> 8) & 7 {
+            0b100 => 0x0004_4400,                  // NMI, assert, self
+            0b000 => 0x0004_4000 | (lvt & 0xFF), // fixed vector, assert, self
+            _ => return,
+        };
+        let _ = mem.write_phys(APIC_ICR_LOW, &icr.to_le_bytes());
+        // The LVT entry is masked when a PMI is delivered (SDM §20.6.3, "LVTPC mask").
+        let _ = mem.write_phys(APIC_LVTPC, &(lvt | (1 << 16)).to_le_bytes());
+    }
+
+    fn apply_pending(&self, v: &mut Vcpu) {
+        if let Some((leaf, subleaf)) = v.pending.cpuid.take() {
+            self.fix_cpuid(v, leaf, subleaf);
+        }
+        if let Some(index) = v.pending.rdmsr.take() {
+            self.sync_status(v);
+            if let Ok(value) = v.msrs.read(index, &self.opts.caps) {
+                v.regs.set("rax", value & 0xFFFF_FFFF);
+                v.regs.set("rdx", value >> 32);
+            }
+        }
+    }
+
+    /// CPUID.0:EAX >= 14H, CPUID.(7,0):EBX[25] Intel PT, CPUID.14H from the profile.
+    fn fix_cpuid(&self, v: &mut Vcpu, leaf: u32, subleaf: u32) {
+        match leaf {
+            0 => {
+                let eax = v.regs.get("rax").unwrap_or(0);
+                if eax < 0x14 {
+                    v.regs.set("rax", 0x14);
+                }
+            }
+            7 if subleaf == 0 => {
+                let ebx = v.regs.get("rbx").unwrap_or(0) as u32;
+                v.regs.set("rbx", u64::from(ebx | (1 << 25)));
+            }
+            0x14 => {
+                let r = self.opts.caps.cpuid_14(subleaf);
+                for (name, val) in ["rax", "rbx", "rcx", "rdx"].iter().zip(r) {
+                    v.regs.set(name, u64::from(val));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn before_op(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
+        self.apply_pending(v);
+        match op {
+            SystemOp::Cpuid => {
+                let leaf = v.regs.get("rax").unwrap_or(0) as u32;
+                let sub = v.regs.get("rcx").unwrap_or(0) as u32;
+                v.pending.cpuid = Some((leaf, sub));
+            }
+            SystemOp::Rdmsr => {
+                let index = v.regs.get("rcx").unwrap_or(0) as u32;
+                if RtitMsrs::owns(index, &self.opts.caps) {
+                    v.pending.rdmsr = Some(index);
+                }
+            }
+            SystemOp::Wrmsr => self.wrmsr(v, ip, ip + len),
+            SystemOp::Lgdt => self.lgdt(v, ip, bytes),
+            SystemOp::MovToCr3 => {}
+        }
+    }
+
+    fn wrmsr(&self, v: &mut Vcpu, ip: u64, nlip: u64) {
+        let rcx = v.regs.get("rcx").unwrap_or(0);
+        let index = rcx as u32;
+        if !RtitMsrs::owns(index, &self.opts.caps) {
+            return;
+        }
+        let rdx = v.regs.get("rdx").unwrap_or(0);
+        let value = (rdx << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
+        self.sync_status(v);
+        match v.msrs.write(index, value, &self.opts.caps) {
+            Err(Fault::Gp) => {
+                // Make QEMU raise #GP(0) at this WRMSR: IA32_APIC_BASE with reserved bits set.
+                v.pending.gp_restore = Some((rcx, rdx));
+                v.regs.set("rcx", MSR_IA32_APIC_BASE);
+                v.regs.set("rdx", 0xFFFF_FFFF);
+            }
+            Ok(WriteEffect::TraceEnabled) => {
+                let ctx = current_context(&v.regs, v.gdt_base);
+                v.tracer.set_context(ctx);
+                v.tracer.reconfigure(self.trace_config(v));
+                let ctl = v.msrs.ctl;
+                // With STATUS.Stopped or STATUS.Error already set, TriggerEn stays 0: no packets
+                // and no output until software clears them (SDM §33.2.7.2 ToPA errors, TraceStop).
+                let blocked = v.msrs.status.stopped() || v.msrs.status.error();
+                v.output_active = !blocked
+                    && match v.output.start(ctl.topa(), v.msrs.output_base, v.msrs.output_mask_ptrs.value(), &mut PhysMem) {
+                        Ok(()) => true,
+                        Err(_) => {
+                            v.msrs.status.set_error(true);
+                            false
+                        }
+                    };
+                v.tracer.write_ctl(ip, nlip, ctl);
+                if !v.output_active {
+                    v.tracer.stop_without_packets();
+                    v.tracer.take_output();
+                }
+                self.drain(v);
+            }
+            Ok(WriteEffect::TraceDisabled) => {
+                // Everything buffered reaches memory before the WRMSR completes, so the guest
+                // reads a complete stream and final pointers right after it.
+                v.tracer.write_ctl(ip, nlip, v.msrs.ctl);
+                self.drain(v);
+                v.output.stop();
+                v.output_active = false;
+            }
+            Ok(WriteEffect::Plain) => {
+                if !v.tracer.trace_en() {
+                    v.tracer.reconfigure(self.trace_config(v));
+                }
+            }
+        }
+    }
+
+    fn trace_config(&self, v: &Vcpu) -> TraceConfig {
+        TraceConfig {
+            ctl: v.msrs.ctl,
+            cr3_match: v.msrs.cr3_match,
+            addr: v.msrs.addr,
+            num_ranges: self.opts.caps.num_addr_ranges as usize,
+            cbr: TraceConfig::default().cbr,
+        }
+    }
+
+    /// LGDT m16&64 (or m16&32): remember GDTR.base for reading CS descriptors.
+    fn lgdt(&self, v: &mut Vcpu, ip: u64, bytes: &[u8]) {
+        let cr0 = v.regs.get("cr0").unwrap_or(0);
+        let efer = v.regs.get("efer").unwrap_or(0);
+        let bitness = if cr0 & 1 == 0 {
+            16
+        } else if efer & (1 << 10) != 0 && v.gdt_base.is_some_and(|_| {
+            current_context(&v.regs, v.gdt_base).mode == ExecMode::Bit64
+        }) {
+            64
+        } else {
+            32
+        };
+        let Some(addr) = operand_address(&v.regs, bytes, ip, bitness) else { return };
+        let base = if bitness == 64 {
+            guest::read_u64(addr + 2)
+        } else {
+            let mut b = [0u8; 4];
+            guest::read_vaddr(addr + 2, &mut b).then(|| u64::from(u32::from_le_bytes(b)))
+        };
+        if let Some(base) = base {
+            v.gdt_base = Some(base);
+        }
+    }
+
+    fn on_discon(&self, vcpu: VCPUIndex, ty: i32, from: u64, to: u64) {
+        self.with_vcpu(vcpu, |sh, v| {
+            sh.apply_pending(v);
+            if let Some((rcx, rdx)) = v.pending.gp_restore.take() {
+                v.regs.set("rcx", rcx);
+                v.regs.set("rdx", rdx);
+            }
+            if ty & DISCON_EXCEPTION != 0 {
+                v.flow.exception_announced();
+                return;
+            }
+            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
+            v.flow.delivered(&mut v.tracer, from, to, &mut cpu);
+            sh.drain(v);
+        });
+    }
+
+    fn at_exit(&self) {
+        let Some(out) = &self.out else { return };
+        for slot in self.vcpus.iter() {
+            let mut guard = slot.lock();
+            if let Some(v) = guard.as_mut() {
+                v.tracer.finish();
+                out.send(FileKey::Pt(v.index + 1), v.tracer.take_output());
+                if let Some(t) = v.truth.take() {
+                    out.send(FileKey::Truth(v.index + 1), t);
+                }
+            }
+        }
+        if let Err(e) = out.sync() {
+            eprintln!("pttrace: host copy of the trace incomplete: {e}");
+        }
+    }
+}
+
+/// Effective linear address of the memory operand of the instruction in `bytes` (flat segments
+/// except FS/GS bases in 64-bit mode, DS.selector << 4 in real mode).
+fn operand_address(regs: &Regs, bytes: &[u8], ip: u64, bitness: u32) -> Option<u64> {
+    let m = memory_operand(bytes, ip, bitness)?;
+    let reg = |r: &Option<String>| r.as_deref().and_then(|n| regs.get(n)).unwrap_or(0);
+    let addr = reg(&m.base).wrapping_add(reg(&m.index).wrapping_mul(u64::from(m.scale))).wrapping_add(m.displacement);
+    Some(match bitness {
+        16 => ((regs.get("ds").unwrap_or(0) << 4) + (addr & 0xFFFF)) & 0xF_FFFF,
+        32 => addr & 0xFFFF_FFFF,
+        _ => match m.segment {
+            Some("fs") => addr.wrapping_add(regs.get("fs_base").unwrap_or(0)),
+            Some("gs") => addr.wrapping_add(regs.get("gs_base").unwrap_or(0)),
+            _ => addr,
+        },
+    })
+}
+
+/// enum qemu_plugin_discon_type (qemu-plugin.h, QEMU 10.2).
+const DISCON_INTERRUPT: i32 = 1;
+const DISCON_EXCEPTION: i32 = 2;
+
+type DisconCb = extern "C" fn(id: qemu_plugin::sys::qemu_plugin_id_t, vcpu: u32, ty: i32, from: u64, to: u64);
+
+unsafe extern "C" {
+    /// QEMU 10.2 plugin API; not bound by the qemu-plugin crate 10.1.0-v2.
+    fn qemu_plugin_register_vcpu_discon_cb(id: qemu_plugin::sys::qemu_plugin_id_t, ty: i32, cb: DisconCb);
+}
+
+extern "C" fn discon(_id: qemu_plugin::sys::qemu_plugin_id_t, vcpu: u32, ty: i32, from: u64, to: u64) {
+    if let Some(sh) = SHARED.get() {
+        guarded("discontinuity callback", || sh.on_discon(vcpu, ty, from, to));
+    }
+}
+
+pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
+    let opts = SystemOptions::parse(args.raw.iter().map(String::as_str)).unwrap_or_else(|e| fail(&e.0));
+    let out = match &opts.out {
+        Some(dir) => {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                fail(&format!("option 'out': cannot create {}: {e}", dir.display()));
+            }
+            let o = Output::start(dir).unwrap_or_else(|e| fail(&format!("cannot start writer thread: {e}")));
+            o.send(FileKey::Code, b"PTCODE1\n".to_vec());
+            let meta = format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","));
+            if let Err(e) = std::fs::write(dir.join("meta.txt"), meta) {
+                fail(&format!("option 'out': cannot write meta.txt: {e}"));
+            }
+            Some(o)
+        }
+        None => None,
+    };
+    let shared = Shared {
+        opts,
+        out,
+        vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
+        code_seen: Mutex::new(HashMap::new()),
+    };
+    if SHARED.set(shared).is_err() {
+        fail("plugin loaded twice");
+    }
+    // SAFETY: `discon` is a plain extern "C" function valid for the plugin's lifetime.
+    unsafe { qemu_plugin_register_vcpu_discon_cb(id, DISCON_INTERRUPT | DISCON_EXCEPTION, discon) };
+    qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {
+        if let Some(sh) = SHARED.get() {
+            guarded("exit", || sh.at_exit());
+        }
+    })?;
+    Ok(())
+}
+
+pub fn vcpu_init(vcpu: VCPUIndex) {
+    if let Some(sh) = SHARED.get() {
+        sh.vcpu_init(vcpu);
+    }
+}
+
+pub fn translate(tb: &TranslationBlock) {
+    if let Some(sh) = SHARED.get() {
+        sh.translate(tb);
+    }
+}
