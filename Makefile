@@ -30,6 +30,7 @@ test-unit: all
 test-corpus: all qemu
 	@bash tests/run-corpus.sh
 	@bash tests/options.sh
+	@bash tests/run-guest.sh
 
 test: test-unit test-corpus
 
