@@ -43,7 +43,17 @@ const APIC_ICR_LOW: u64 = 0xFEE0_0300;
 struct BlockInfo {
     pc: u64,
     n_insns: u64,
-    block: Arc<SysBlock>,
+    /// The block's COFI classified as 16-, 32- and 64-bit code; the vCPU's current mode picks one
+    /// (the translation callback does not know the mode QEMU translated in).
+    by_mode: [Arc<SysBlock>; 3],
+}
+
+fn mode_index(mode: ExecMode) -> usize {
+    match mode {
+        ExecMode::Bit16 => 0,
+        ExecMode::Bit32 => 1,
+        ExecMode::Bit64 => 2,
+    }
 }
 
 /// Work left for "right after the current instruction".
@@ -162,20 +172,25 @@ impl Shared {
             insns.push((insn.vaddr(), bytes));
         }
         let Some((last_ip, last_bytes)) = insns.last() else { return };
-        let bitness = 64; // classification of COFIs does not depend on the mode for the cases used
-        let last = classify(last_bytes, *last_ip, bitness).unwrap_or(ClassifiedInsn {
-            ip: *last_ip,
-            len: last_bytes.len() as u8,
-            kind: BranchKind::None,
-            rep_string: false,
-        });
-        let writes_cr3 = system_op(last_bytes, bitness) == Some(SystemOp::MovToCr3);
         let pc = tb.vaddr();
         if self.out.is_some() {
             self.record_code(pc, code);
         }
-        let block = Arc::new(SysBlock { insns: insns.iter().map(|i| i.0).collect(), last, writes_cr3 });
-        let info = Arc::new(BlockInfo { pc, n_insns: insns.len() as u64, block });
+        let addrs: Vec<u64> = insns.iter().map(|i| i.0).collect();
+        let for_mode = |bitness: u32| {
+            let last = classify(last_bytes, *last_ip, bitness).unwrap_or(ClassifiedInsn {
+                ip: *last_ip,
+                len: last_bytes.len() as u8,
+                kind: BranchKind::None,
+                rep_string: false,
+            });
+            let writes_cr3 = system_op(last_bytes, bitness) == Some(SystemOp::MovToCr3);
+            Arc::new(SysBlock { insns: addrs.clone(), last, writes_cr3 })
+        };
+        let info = Arc::new(BlockInfo { pc, n_insns: insns.len() as u64, by_mode: [for_mode(16), for_mode(32), for_mode(64)] });
+        // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
+        // except for operand details handled at execution time.
+        let bitness = 64;
         tb.register_execute_callback_flags(
             move |vcpu| {
                 if let Some(sh) = SHARED.get() {
@@ -245,7 +260,8 @@ impl Shared {
         v.icount += info.n_insns;
         v.tracer.set_tsc(v.icount);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
-        v.flow.block(&mut v.tracer, info.pc, info.block.clone(), &mut cpu);
+        let block = info.by_mode[mode_index(v.tracer.context().mode)].clone();
+        v.flow.block(&mut v.tracer, info.pc, block, &mut cpu);
         self.drain(v);
         if let (Some(out), Some(t)) = (&self.out, v.truth.as_mut()) {
             if t.len() >= 256 * 1024 {
@@ -278,7 +294,6 @@ impl Shared {
                 v.tracer.stop_without_packets();
             }
         }
-        self.sync_status(v);
     }
 
     /// IA32_RTIT_STATUS and the output pointers as hardware shows them right now.
