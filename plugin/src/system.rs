@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, SystemOp};
 use pttrace_core::options::SystemOptions;
-use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect};
+use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
@@ -303,10 +303,9 @@ impl Shared {
         v.msrs.status.set_context_en(context_en);
         v.msrs.status.set_trigger_en(trigger_en);
         v.msrs.status.set_packet_byte_cnt(v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32);
-        if v.output_active {
-            v.msrs.output_base = v.output.output_base();
-            v.msrs.output_mask_ptrs = OutputMaskPtrs::new(v.output.output_mask_ptrs());
-        }
+        // The output unit owns the output pointers (WRMSRs to them are forwarded to it).
+        v.msrs.output_base = v.output.output_base();
+        v.msrs.output_mask_ptrs = OutputMaskPtrs::new(v.output.output_mask_ptrs());
     }
 
     /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] and a PMI through the
@@ -436,6 +435,11 @@ impl Shared {
                 v.output_active = false;
             }
             Ok(WriteEffect::Plain) => {
+                match index {
+                    IA32_RTIT_OUTPUT_BASE => v.output.set_output_base(v.msrs.output_base),
+                    IA32_RTIT_OUTPUT_MASK_PTRS => v.output.set_output_mask_ptrs(v.msrs.output_mask_ptrs.value()),
+                    _ => {}
+                }
                 if !v.tracer.trace_en() {
                     v.tracer.reconfigure(self.trace_config(v));
                 }
