@@ -62,6 +62,8 @@ pub struct SystemFlowStats {
     pub exceptions: u64,
     pub far_transfers: u64,
     pub unexplained: u64,
+    /// Blocks QEMU left before their last instruction (no retirement to report).
+    pub cut_short: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -82,11 +84,25 @@ impl SystemFlow {
         self.stats
     }
 
-    /// A block starting at `pc` is about to execute.
-    pub fn block(&mut self, tracer: &mut Tracer, pc: u64, block: std::sync::Arc<SysBlock>, cpu: &mut impl CpuView) {
+    /// A block starting at `pc` is about to execute. `last_started` is the address of the last
+    /// instruction whose execution began in the previous block (QEMU may abandon a block in the
+    /// middle, e.g. to re-execute an MMIO access on its own; then the previous block's last
+    /// instruction never ran and nothing retired).
+    pub fn block(
+        &mut self,
+        tracer: &mut Tracer,
+        pc: u64,
+        block: std::sync::Arc<SysBlock>,
+        last_started: u64,
+        cpu: &mut impl CpuView,
+    ) {
         self.stats.blocks += 1;
         if let Position::After(prev) = std::mem::replace(&mut self.pos, Position::Start) {
-            self.retire_last(tracer, &prev, pc, cpu);
+            if last_started == prev.last.ip {
+                self.retire_last(tracer, &prev, pc, cpu);
+            } else {
+                self.stats.cut_short += 1;
+            }
         }
         self.pos = Position::After(block);
     }
@@ -125,8 +141,9 @@ impl SystemFlow {
         self.exception_announced = true;
     }
 
-    /// An interrupt or exception was delivered: attributed to `from`, handler at `to`.
-    pub fn delivered(&mut self, tracer: &mut Tracer, from: u64, to: u64, cpu: &mut impl CpuView) {
+    /// An interrupt or exception was delivered: attributed to `from`, handler at `to`;
+    /// `last_started` as for `block`.
+    pub fn delivered(&mut self, tracer: &mut Tracer, from: u64, to: u64, last_started: u64, cpu: &mut impl CpuView) {
         let exception = std::mem::take(&mut self.exception_announced);
         let kind = match std::mem::replace(&mut self.pos, Position::Delivered) {
             Position::After(prev) if exception && prev.contains_insn(from) => {
@@ -138,8 +155,13 @@ impl SystemFlow {
                 }
             }
             Position::After(prev) => {
-                // The block completed; its last instruction retired with `from` as successor.
-                self.retire_last(tracer, &prev, from, cpu);
+                // The block completed; its last instruction retired with `from` as successor
+                // (unless QEMU left the block early, see `block`).
+                if last_started == prev.last.ip {
+                    self.retire_last(tracer, &prev, from, cpu);
+                } else {
+                    self.stats.cut_short += 1;
+                }
                 if exception {
                     AsyncKind::Fault { ip: from }
                 } else {
@@ -209,9 +231,9 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, block(&[0x1000, 0x1004, 0x1008], 2, BranchKind::Conditional { target: 0x1000 }), &mut cpu);
+        f.block(&mut t, 0x1000, block(&[0x1000, 0x1004, 0x1008], 2, BranchKind::Conditional { target: 0x1000 }), 0, &mut cpu);
         f.exception_announced();
-        f.delivered(&mut t, 0x1004, 0x9000, &mut cpu);
+        f.delivered(&mut t, 0x1004, 0x9000, 0x1004, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Fup(u16ip(0x1004)), Packet::Tip(u16ip(0x9000))]);
         assert_eq!(f.stats().exceptions, 1);
     }
@@ -224,8 +246,8 @@ mod tests {
         t.take_packet_log();
         let mut f = SystemFlow::default();
         // `L: dec ecx; jnz L` completes with the branch taken, then a timer interrupt arrives.
-        f.block(&mut t, 0x1000, block(&[0x1000, 0x1002], 2, BranchKind::Conditional { target: 0x1000 }), &mut cpu);
-        f.delivered(&mut t, 0x1000, 0x9000, &mut cpu);
+        f.block(&mut t, 0x1000, block(&[0x1000, 0x1002], 2, BranchKind::Conditional { target: 0x1000 }), 0, &mut cpu);
+        f.delivered(&mut t, 0x1000, 0x9000, 0x1002, &mut cpu);
         assert_eq!(
             t.take_packet_log(),
             [Packet::Tnt { bits: 1, count: 1 }, Packet::Fup(u16ip(0x1000)), Packet::Tip(u16ip(0x9000))]
@@ -241,10 +263,10 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, block(&[0x1000, 0x1003], 2, BranchKind::SoftwareInterrupt), &mut cpu);
+        f.block(&mut t, 0x1000, block(&[0x1000, 0x1003], 2, BranchKind::SoftwareInterrupt), 0, &mut cpu);
         f.exception_announced();
         cpu.0 = KERNEL;
-        f.delivered(&mut t, 0x1003, 0x9000, &mut cpu);
+        f.delivered(&mut t, 0x1003, 0x9000, 0x1003, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Fup(u16ip(0x1003)), Packet::Tip(u16ip(0x9000))]);
     }
 
@@ -256,15 +278,32 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, block(&[0x1000], 2, BranchKind::Far(FarKind::Syscall)), &mut cpu);
+        f.block(&mut t, 0x1000, block(&[0x1000], 2, BranchKind::Far(FarKind::Syscall)), 0, &mut cpu);
         cpu.0 = KERNEL;
-        f.block(&mut t, 0x9000, block(&[0x9000], 3, BranchKind::Far(FarKind::Sysret)), &mut cpu);
+        f.block(&mut t, 0x9000, block(&[0x9000], 3, BranchKind::Far(FarKind::Sysret)), 0x1000, &mut cpu);
         cpu.0 = USER;
-        f.block(&mut t, 0x1002, block(&[0x1002], 1, BranchKind::Return), &mut cpu);
+        f.block(&mut t, 0x1002, block(&[0x1002], 1, BranchKind::Return), 0x9000, &mut cpu);
         assert_eq!(
             t.take_packet_log(),
             [Packet::TipPgd(IpPayload::SUPPRESSED), Packet::TipPge(u16ip(0x1002))]
         );
+    }
+
+    #[test]
+    fn block_abandoned_before_its_last_instruction_retires_nothing() {
+        // QEMU re-executes an MMIO store on its own and resumes at the next instruction: the
+        // first block's RET never ran, so no TIP may appear.
+        let mut t = tracer(true, true);
+        let mut cpu = Cpu(KERNEL);
+        t.enable(0x1000);
+        t.take_packet_log();
+        let mut f = SystemFlow::default();
+        f.block(&mut t, 0x1000, block(&[0x1000, 0x1004, 0x1008], 1, BranchKind::Return), 0, &mut cpu);
+        f.block(&mut t, 0x1008, block(&[0x1008], 1, BranchKind::Return), 0, &mut cpu);
+        assert!(t.take_packet_log().is_empty());
+        assert_eq!(f.stats().cut_short, 1);
+        f.block(&mut t, 0x5000, block(&[0x5000], 1, BranchKind::Return), 0x1008, &mut cpu);
+        assert_eq!(t.take_packet_log(), [Packet::Tip(u16ip(0x5000))]);
     }
 
     #[test]
@@ -276,9 +315,9 @@ mod tests {
         let mut f = SystemFlow::default();
         let mut b = (*block(&[0x1000], 3, BranchKind::None)).clone();
         b.writes_cr3 = true;
-        f.block(&mut t, 0x1000, Arc::new(b), &mut cpu);
+        f.block(&mut t, 0x1000, Arc::new(b), 0, &mut cpu);
         cpu.0.cr3 = 0x2000;
-        f.block(&mut t, 0x1003, block(&[0x1003], 1, BranchKind::Return), &mut cpu);
+        f.block(&mut t, 0x1003, block(&[0x1003], 1, BranchKind::Return), 0x1000, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Pip { cr3: 0x2000, nr: false }]);
     }
 }

@@ -368,7 +368,10 @@ fn psb_stop_trace_stop_range_sets_stopped_and_ends_packets() {
     t.branch(0x401000, 0x401005, BranchKind::DirectCall { target: 0x402000 }, 0x402000);
     t.branch(0x402000, 0x402002, BranchKind::IndirectJump, 0x401000);
     assert!(t.stopped());
+    assert!(t.trace_stop_hit());
     assert!(!t.packet_en());
+    let (filter_en, _context_en, trigger_en) = t.status_bits();
+    assert!(!filter_en && !trigger_en, "TraceStop forces FilterEn = 0 and clears TriggerEn");
     assert_eq!(
         packets(&mut t),
         with_psb(&[M64, TipPge(ip(C::Update32, 0x401000)), TipPgd(ip(C::Update16, 0x2000)), TraceStop])
@@ -416,4 +419,13 @@ fn wrmsr_rtit_ctl_toggles_tracing_with_the_new_configuration() {
     expected.extend([Fup(ip(C::Update16, 0x1005)), TipPgd(NOIP)]);
     expected.extend(PSB_PLUS_NO_FUP);
     assert_eq!(packets(&mut t), expected);
+}
+
+#[test]
+fn enable_with_a_restored_packet_byte_count_continues_without_psb() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.set_packet_byte_count(100);
+    t.enable(0x401000);
+    assert_eq!(t.packet_byte_count(), 100 + 2 + 5, "MODE.Exec and TIP.PGE counted on top");
+    assert_eq!(packets(&mut t), [M64, TipPge(ip(C::Update32, 0x401000))]);
 }

@@ -40,6 +40,12 @@ const MSR_IA32_APIC_BASE: u64 = 0x1B;
 const APIC_LVTPC: u64 = 0xFEE0_0340;
 const APIC_ICR_LOW: u64 = 0xFEE0_0300;
 
+/// MSRs the plugin answers: every IA32_RTIT_* index (those the profile lacks #GP on WRMSR) and
+/// IA32_PERF_GLOBAL_STATUS/RESET/SET for the ToPA PMI bit.
+fn owned_msr(index: u32, caps: &pttrace_core::pt::caps::PtCaps) -> bool {
+    RtitMsrs::owns(index, caps) || pttrace_core::pt::msr::is_rtit_index(index)
+}
+
 struct BlockInfo {
     pc: u64,
     n_insns: u64,
@@ -79,12 +85,38 @@ struct Vcpu {
     /// GDTR.base as last loaded by LGDT (for CS.L / CS.D).
     gdt_base: Option<u64>,
     pending: Pending,
+    /// An exception or INT n was announced and not yet delivered.
+    exception_pending: bool,
     icount: u64,
     truth: Option<Vec<u8>>,
 }
 
+/// Per-vCPU scoreboard slot written inline (no callback) when a block's last instruction starts:
+/// tells whether QEMU left the block before its end.
+struct LastStarted(qemu_plugin::sys::qemu_plugin_u64);
+
+// SAFETY: the scoreboard is owned by QEMU for the plugin's lifetime and indexed per vCPU.
+unsafe impl Send for LastStarted {}
+unsafe impl Sync for LastStarted {}
+
+impl LastStarted {
+    fn new() -> Self {
+        // SAFETY: plain allocation of one u64 per vCPU, never freed (lives as long as QEMU).
+        let score = unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(8) };
+        LastStarted(qemu_plugin::sys::qemu_plugin_u64 { score, offset: 0 })
+    }
+
+    /// Read and reset the vCPU's slot.
+    fn take(&self, vcpu: u32) -> u64 {
+        let v = qemu_plugin::qemu_plugin_u64_get(self.0, vcpu);
+        qemu_plugin::qemu_plugin_u64_set(self.0, vcpu, u64::MAX);
+        v
+    }
+}
+
 pub struct Shared {
     opts: SystemOptions,
+    last_started: LastStarted,
     out: Option<Output>,
     vcpus: Box<[Mutex<Option<Vcpu>>]>,
     code_seen: Mutex<HashMap<u64, Vec<u8>>>,
@@ -157,6 +189,7 @@ impl Shared {
             regs,
             gdt_base: None,
             pending: Pending::default(),
+            exception_pending: false,
             icount: 0,
             truth: self.opts.truth.then(Vec::new),
         };
@@ -199,6 +232,14 @@ impl Shared {
             },
             CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
         );
+        if let Some(last) = tb.instructions().last() {
+            qemu_plugin::qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
+                last,
+                qemu_plugin::sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_STORE_U64,
+                self.last_started.0,
+                *last_ip,
+            );
+        }
         for (i, insn) in tb.instructions().enumerate() {
             let (ip, bytes) = (insns[i].0, insns[i].1.clone());
             let op = system_op(&bytes, bitness);
@@ -261,7 +302,8 @@ impl Shared {
         v.tracer.set_tsc(v.icount);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
         let block = info.by_mode[mode_index(v.tracer.context().mode)].clone();
-        v.flow.block(&mut v.tracer, info.pc, block, &mut cpu);
+        let last_started = self.last_started.take(v.index);
+        v.flow.block(&mut v.tracer, info.pc, block, last_started, &mut cpu);
         self.drain(v);
         if let (Some(out), Some(t)) = (&self.out, v.truth.as_mut()) {
             if t.len() >= 256 * 1024 {
@@ -302,7 +344,14 @@ impl Shared {
         v.msrs.status.set_filter_en(filter_en);
         v.msrs.status.set_context_en(context_en);
         v.msrs.status.set_trigger_en(trigger_en);
-        v.msrs.status.set_packet_byte_cnt(v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32);
+        // TraceStop sets Stopped while tracing; once TraceEn is 0, software owns the bit.
+        if v.tracer.trace_en() && v.tracer.trace_stop_hit() {
+            v.msrs.status.set_stopped(true);
+        }
+        // PacketByteCnt counts while tracing; with TraceEn = 0 it holds what software wrote.
+        if v.tracer.trace_en() {
+            v.msrs.status.set_packet_byte_cnt(v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32);
+        }
         // The output unit owns the output pointers (WRMSRs to them are forwarded to it).
         v.msrs.output_base = v.output.output_base();
         v.msrs.output_mask_ptrs = OutputMaskPtrs::new(v.output.output_mask_ptrs());
@@ -356,6 +405,16 @@ impl Shared {
             7 if subleaf == 0 => {
                 let ebx = v.regs.get("rbx").unwrap_or(0) as u32;
                 v.regs.set("rbx", u64::from(ebx | (1 << 25)));
+                // CPUID.(7,0):ECX[16] LA57: a Skylake-class part has no 5-level paging, and with
+                // it the RTIT address MSRs would have to accept 57-bit canonical addresses.
+                let ecx = v.regs.get("rcx").unwrap_or(0) as u32;
+                v.regs.set("rcx", u64::from(ecx & !(1 << 16)));
+            }
+            0x8000_0008 => {
+                // CPUID.80000008H:EAX[7:0] MAXPHYADDR must match the profile: it decides the
+                // reserved bits of IA32_RTIT_OUTPUT_BASE and of ToPA entries.
+                let eax = v.regs.get("rax").unwrap_or(0) as u32;
+                v.regs.set("rax", u64::from((eax & !0xFF) | u32::from(self.opts.caps.max_phys_addr)));
             }
             0x14 => {
                 let r = self.opts.caps.cpuid_14(subleaf);
@@ -377,7 +436,7 @@ impl Shared {
             }
             SystemOp::Rdmsr => {
                 let index = v.regs.get("rcx").unwrap_or(0) as u32;
-                if RtitMsrs::owns(index, &self.opts.caps) {
+                if owned_msr(index, &self.opts.caps) {
                     v.pending.rdmsr = Some(index);
                 }
             }
@@ -390,7 +449,7 @@ impl Shared {
     fn wrmsr(&self, v: &mut Vcpu, ip: u64, nlip: u64) {
         let rcx = v.regs.get("rcx").unwrap_or(0);
         let index = rcx as u32;
-        if !RtitMsrs::owns(index, &self.opts.caps) {
+        if !owned_msr(index, &self.opts.caps) {
             return;
         }
         let rdx = v.regs.get("rdx").unwrap_or(0);
@@ -407,6 +466,7 @@ impl Shared {
                 let ctx = current_context(&v.regs, v.gdt_base);
                 v.tracer.set_context(ctx);
                 v.tracer.reconfigure(self.trace_config(v));
+                v.tracer.set_packet_byte_count(u64::from(v.msrs.status.packet_byte_cnt()));
                 let ctl = v.msrs.ctl;
                 // With STATUS.Stopped or STATUS.Error already set, TriggerEn stays 0: no packets
                 // and no output until software clears them (SDM §33.2.7.2 ToPA errors, TraceStop).
@@ -433,6 +493,9 @@ impl Shared {
                 self.drain(v);
                 v.output.stop();
                 v.output_active = false;
+                let count = v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32;
+                v.msrs.status.set_packet_byte_cnt(count);
+                self.sync_status(v);
             }
             Ok(WriteEffect::Plain) => {
                 match index {
@@ -490,11 +553,26 @@ impl Shared {
                 v.regs.set("rdx", rdx);
             }
             if ty & DISCON_EXCEPTION != 0 {
+                // Announced before delivery; its `from` can be stale (QEMU computes it before
+                // restoring the guest state), the delivery callback that follows is exact.
                 v.flow.exception_announced();
+                v.exception_pending = true;
                 return;
             }
+            // The ground truth lists retired instructions: a faulting instruction and an INT n /
+            // INT3 do not retire before the event (PT reports them with a FUP at their own
+            // address, and decoders show the event before them).
+            if std::mem::take(&mut v.exception_pending) {
+                if let Some(t) = v.truth.as_mut() {
+                    let line = format!("{from:x}\n");
+                    if t.ends_with(line.as_bytes()) {
+                        t.truncate(t.len() - line.len());
+                    }
+                }
+            }
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
-            v.flow.delivered(&mut v.tracer, from, to, &mut cpu);
+            let last_started = sh.last_started.take(vcpu);
+            v.flow.delivered(&mut v.tracer, from, to, last_started, &mut cpu);
             sh.drain(v);
         });
     }
@@ -573,6 +651,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         out,
         vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
         code_seen: Mutex::new(HashMap::new()),
+        last_started: LastStarted::new(),
     };
     if SHARED.set(shared).is_err() {
         fail("plugin loaded twice");

@@ -87,8 +87,11 @@ pub struct TracerStats {
 pub struct Tracer {
     cfg: TraceConfig,
     ctx: Context,
-    /// IA32_RTIT_STATUS.Stopped: a TraceStop range was hit.
+    /// TriggerEn is held at 0: a TraceStop range was hit, or the output unit stopped (ToPA STOP
+    /// region full, output error).
     stopped: bool,
+    /// IA32_RTIT_STATUS.Stopped from a TraceStop range.
+    trace_stop_hit: bool,
     /// FilterEn as last evaluated (at the most recent IP the tracer saw).
     filter_en: bool,
     /// PacketEn as last evaluated.
@@ -100,6 +103,8 @@ pub struct Tracer {
     mode_sent: Option<ExecMode>,
     /// Bytes since the last PSB (PacketByteCnt modulo the PSB period).
     psb_bytes: u64,
+    /// PacketByteCnt as software left it for the next enable.
+    preset_psb_bytes: u64,
     /// Time stamp counter value supplied by the caller, used by TSC packets.
     tsc: u64,
     out: Vec<u8>,
@@ -116,6 +121,7 @@ impl Tracer {
             cfg,
             ctx,
             stopped: false,
+            trace_stop_hit: false,
             filter_en: true,
             packet_en: false,
             last_ip: LastIp::default(),
@@ -123,6 +129,7 @@ impl Tracer {
             ret: RetStack::default(),
             mode_sent: None,
             psb_bytes: 0,
+            preset_psb_bytes: 0,
             tsc: 0,
             out: Vec::with_capacity(64 * 1024),
             log: None,
@@ -294,14 +301,22 @@ impl Tracer {
         self.emit_ip(Packet::TipPge, Some(ip));
     }
 
-    /// TraceStop range reached: TIP.PGD (if tracing), TraceStop; Stopped = 1.
+    /// TraceStop range reached (SDM §33.2.5.3 "TraceStop"): TIP.PGD (if tracing), TraceStop;
+    /// IA32_RTIT_STATUS.Stopped = 1, which clears TriggerEn, and FilterEn is forced to 0.
     fn trace_stop(&mut self, was_enabled: bool, pgd_ip: Option<u64>) {
         if was_enabled {
             self.emit_ip(Packet::TipPgd, pgd_ip);
         }
         self.emit(Packet::TraceStop);
         self.stopped = true;
+        self.trace_stop_hit = true;
+        self.filter_en = false;
         self.packet_en = false;
+    }
+
+    /// A TraceStop range was reached since tracing was last enabled (STATUS.Stopped).
+    pub fn trace_stop_hit(&self) -> bool {
+        self.trace_stop_hit
     }
 
     // ---- events ----
@@ -314,8 +329,19 @@ impl Tracer {
         }
         self.cfg.ctl.set_trace_en(true);
         self.stopped = false;
+        self.trace_stop_hit = false;
         self.packet_en = false;
-        self.psb_plus(None);
+        // PSB+ at enable when IA32_RTIT_STATUS.PacketByteCnt is 0 (what Linux and a fresh
+        // configuration have). A non-zero count, restored by software (e.g. XRSTORS of a saved
+        // trace context), continues the running period instead (shared/reference/pt-packets.md §4;
+        // the SDM text read so far is not explicit about this case).
+        let preset = std::mem::take(&mut self.preset_psb_bytes);
+        if preset == 0 {
+            self.psb_plus(None);
+        } else {
+            self.psb_bytes = preset;
+            self.mode_sent = None;
+        }
         let stop = self.eval_ip(next_ip);
         if stop {
             self.trace_stop(false, None);
@@ -362,6 +388,14 @@ impl Tracer {
     /// Bytes written since the last PSB (IA32_RTIT_STATUS.PacketByteCnt).
     pub fn packet_byte_count(&self) -> u64 {
         self.psb_bytes
+    }
+
+    /// Software wrote IA32_RTIT_STATUS.PacketByteCnt (only while TraceEn = 0); the next enable
+    /// starts counting from it.
+    pub fn set_packet_byte_count(&mut self, n: u64) {
+        if !self.cfg.ctl.trace_en() {
+            self.preset_psb_bytes = n;
+        }
     }
 
     /// FilterEn and ContextEn as IA32_RTIT_STATUS reports them.
