@@ -26,7 +26,8 @@ expect_error "branch=2" "not a boolean"
 expect_error "filter=0x2000-0x1000" "above its end"
 expect_error "filter=0x800000000000-0x800000000010" "canonical"
 expect_error "filter=1-2,filter=3-4,stop=5-6" "at most 2"
-expect_error "mtc=1" "not implemented"
+expect_error "mtc_period=2" "accepted: 0, 3, 6, 9"
+expect_error "cyc_thresh=14" "accepted: 0..=13"
 expect_error "out" "needs a directory"
 if "$qemu" -plugin "$plugin,out=$tmp/ok,noretcomp=1,psb_period=5,tsc=0,branch=1,filter=0x401000/0x1000" "$prog" >/dev/null 2>"$tmp/err" &&
    [ -s "$tmp/ok/thread-1.pt" ]; then

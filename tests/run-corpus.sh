@@ -46,6 +46,8 @@ variant() {  # name program options...
 variant noretcomp recursion noretcomp=1
 variant psb_period3_notsc long_psb psb_period=3 tsc=0
 variant psb_period5 threads psb_period=5
+variant mtc_cyc recursion mtc=1 mtc_period=3 cyc=1 cyc_thresh=2
+variant mtc_cyc_sig sigstorm mtc=1 mtc_period=0 cyc=1
 
 # TraceStop at main(): the stream must end with TIP.PGD at the CALL into main, so the decoded
 # flow is exactly the ground truth up to (not including) main's first instruction.

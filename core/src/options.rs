@@ -11,6 +11,10 @@ use std::path::PathBuf;
 
 /// PSBFreq encodings the default (Skylake-class) profile accepts: CPUID.(14H,1):EBX[31:16] = 0x003F.
 const PSB_FREQ_BITMAP: u16 = 0x003F;
+/// MTCFreq encodings of the default profile: CPUID.(14H,1):EAX[31:16] = 0x0249.
+const MTC_PERIOD_BITMAP: u16 = 0x0249;
+/// CycThresh encodings of the default profile: CPUID.(14H,1):EBX[15:0] = 0x3FFF.
+const CYC_THRESH_BITMAP: u16 = 0x3FFF;
 /// Address ranges the default profile implements: CPUID.(14H,1):EAX[2:0] = 2.
 const NUM_ADDR_RANGES: usize = 2;
 
@@ -20,7 +24,10 @@ pub const USAGE: &str = "pttrace options (comma separated, key=value):
   noretcomp=0|1     disable RET compression, IA32_RTIT_CTL.DisRETC (default 0)
   psb_period=N      PSB every 2K<<N bytes, N in 0..=5 (default 0)
   tsc=0|1           TSC packets in PSB+, IA32_RTIT_CTL.TSCEn (default 1)
-  mtc, mtc_period, cyc, cyc_thresh   timing packets: not implemented yet (must be 0 if given)
+  mtc=0|1           MTC packets (ART = TSC), IA32_RTIT_CTL.MTCEn (default 0)
+  mtc_period=N      MTCFreq, N in 0,3,6,9 (default 0)
+  cyc=0|1           cycle-accurate mode: CYC packets, IA32_RTIT_CTL.CYCEn (default 0)
+  cyc_thresh=N      CycThresh, N in 0..=13 (default 0)
   filter=A-B        trace only IPs in [A,B] (hex, inclusive); up to 2 filter/stop ranges
   stop=A-B          TraceStop range [A,B]
   truth=0|1         also log every executed instruction (ground truth for tests)";
@@ -136,13 +143,29 @@ impl Options {
                     }
                     ctl.set_psb_freq(n as u8);
                 }
-                "mtc" | "cyc" => {
-                    if parse_bool(key, v)? {
-                        return err(format!("option '{key}': MTC/CYC timing packets are not implemented yet; use {key}=0"));
-                    }
+                "mtc" => {
+                    ctl.set_mtc_en(parse_bool(key, v)?);
                 }
-                "mtc_period" | "cyc_thresh" => {
-                    parse_u64(key, v)?;
+                "cyc" => {
+                    ctl.set_cyc_en(parse_bool(key, v)?);
+                }
+                "mtc_period" => {
+                    let n = parse_u64(key, v)?;
+                    if n > 15 || MTC_PERIOD_BITMAP & (1 << n) == 0 {
+                        return err(format!(
+                            "option 'mtc_period': {n} is not supported (accepted: 0, 3, 6, 9; CPUID.(14H,1):EAX[31:16] = {MTC_PERIOD_BITMAP:#06x})"
+                        ));
+                    }
+                    ctl.set_mtc_freq(n as u8);
+                }
+                "cyc_thresh" => {
+                    let n = parse_u64(key, v)?;
+                    if n > 15 || CYC_THRESH_BITMAP & (1 << n) == 0 {
+                        return err(format!(
+                            "option 'cyc_thresh': {n} is not supported (accepted: 0..=13; CPUID.(14H,1):EBX[15:0] = {CYC_THRESH_BITMAP:#06x})"
+                        ));
+                    }
+                    ctl.set_cyc_thresh(n as u8);
                 }
                 "filter" | "stop" => {
                     if ranges == NUM_ADDR_RANGES {
@@ -259,7 +282,11 @@ mod tests {
         assert!(e("out=on").contains("needs a directory"));
         assert!(e("filter=0x2000-0x1000").contains("above its end"));
         assert!(e("filter=0x0000800000000000-0x0000800000000001").contains("canonical"));
-        assert!(e("mtc=1").contains("not implemented"));
+        assert!(e("mtc_period=2").contains("accepted: 0, 3, 6, 9"));
+        assert!(e("cyc_thresh=14").contains("accepted: 0..=13"));
+        let t = Options::parse(["mtc=1", "mtc_period=3", "cyc=1", "cyc_thresh=2"]).unwrap().config.ctl;
+        assert!(t.mtc_en() && t.cyc_en());
+        assert_eq!((t.mtc_freq(), t.cyc_thresh()), (3, 2));
         let s = |a: &str| SystemOptions::parse([a]).unwrap_err().0;
         assert!(s("profile=pentium").contains("accepted: skylake"));
         assert!(s("truth=1").contains("needs out=DIR"));

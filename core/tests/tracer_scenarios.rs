@@ -429,3 +429,23 @@ fn enable_with_a_restored_packet_byte_count_continues_without_psb() {
     assert_eq!(t.packet_byte_count(), 100 + 2 + 5, "MODE.Exec and TIP.PGE counted on top");
     assert_eq!(packets(&mut t), [M64, TipPge(ip(C::Update32, 0x401000))]);
 }
+
+#[test]
+fn mtc_when_ctc_advances_and_cyc_past_the_threshold_before_the_event_packets() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_tsc_en(true).set_mtc_en(true).set_mtc_freq(3).set_cyc_en(true).set_cyc_thresh(3);
+    let mut t = tracer(cfg, Context::USER64);
+    t.set_tsc(0x100);
+    t.enable(0x401000);
+    let head = t.take_packet_log();
+    // PSB+ carries TSC and TMA (CTC[15:0] at that TSC).
+    assert_eq!(&head[..4], &[Psb, Tsc { tsc: 0x100 }, Tma { ctc: 0x100, fast_counter: 0 }, Cbr { ratio: 24 }]);
+    // 3 ticks: same CTC (>> 3), below the CYC threshold 2^(3-1) = 4: no timing packet.
+    t.set_tsc(0x103);
+    t.branch(0x401000, 0x401002, BranchKind::IndirectJump, 0x401100);
+    assert_eq!(t.take_packet_log(), [Tip(ip(C::Update16, 0x1100))]);
+    // 0x108: CTC advanced to 0x21 and 8 cycles passed: MTC(0x21), CYC(8), then the TIP.
+    t.set_tsc(0x108);
+    t.branch(0x401100, 0x401102, BranchKind::IndirectJump, 0x401200);
+    assert_eq!(t.take_packet_log(), [Mtc { ctc: 0x21 }, Cyc { value: 8 }, Tip(ip(C::Update16, 0x1200))]);
+}

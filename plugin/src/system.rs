@@ -87,6 +87,8 @@ struct Vcpu {
     pending: Pending,
     /// An exception or INT n was announced and not yet delivered.
     exception_pending: bool,
+    /// CPUID.0:EAX as QEMU answers it (before raising it to 14H/15H).
+    native_max_leaf: u32,
     icount: u64,
     truth: Option<Vec<u8>>,
 }
@@ -190,6 +192,7 @@ impl Shared {
             gdt_base: None,
             pending: Pending::default(),
             exception_pending: false,
+            native_max_leaf: 0x14,
             icount: 0,
             truth: self.opts.truth.then(Vec::new),
         };
@@ -395,11 +398,22 @@ impl Shared {
 
     /// CPUID.0:EAX >= 14H, CPUID.(7,0):EBX[25] Intel PT, CPUID.14H from the profile.
     fn fix_cpuid(&self, v: &mut Vcpu, leaf: u32, subleaf: u32) {
+        // CPUID.0:EAX must reach leaf 14H (and 15H for the MTC clock ratio).
+        let max_leaf = if self.opts.caps.mtc { 0x15 } else { 0x14 };
         match leaf {
             0 => {
-                let eax = v.regs.get("rax").unwrap_or(0);
-                if eax < 0x14 {
-                    v.regs.set("rax", 0x14);
+                let eax = v.regs.get("rax").unwrap_or(0) as u32;
+                v.native_max_leaf = eax;
+                if eax < max_leaf {
+                    v.regs.set("rax", u64::from(max_leaf));
+                }
+            }
+            // Leaves QEMU does not implement that are now below the raised maximum: QEMU would
+            // answer them with its highest leaf's values (Intel's out-of-range rule); they are
+            // reserved and read as 0.
+            l if l > v.native_max_leaf && l <= max_leaf && l != 0x14 && l != 0x15 => {
+                for r in ["rax", "rbx", "rcx", "rdx"] {
+                    v.regs.set(r, 0);
                 }
             }
             7 if subleaf == 0 => {
@@ -409,6 +423,12 @@ impl Shared {
                 // it the RTIT address MSRs would have to accept 57-bit canonical addresses.
                 let ecx = v.regs.get("rcx").unwrap_or(0) as u32;
                 v.regs.set("rcx", u64::from(ecx & !(1 << 16)));
+            }
+            0x15 if self.opts.caps.mtc && v.native_max_leaf < 0x15 => {
+                // CPUID.15H: TSC/"core crystal clock" ratio EBX/EAX; the ART behind MTC and TMA
+                // runs at the TSC rate here (1/1). ECX (crystal Hz) stays 0 as on client parts.
+                v.regs.set("rax", 1);
+                v.regs.set("rbx", 1);
             }
             0x8000_0008 => {
                 // CPUID.80000008H:EAX[7:0] MAXPHYADDR must match the profile: it decides the

@@ -107,6 +107,10 @@ pub struct Tracer {
     preset_psb_bytes: u64,
     /// Time stamp counter value supplied by the caller, used by TSC packets.
     tsc: u64,
+    /// CTC value (ART >> MTCFreq) of the last MTC or PSB+.
+    last_mtc_ctc: Option<u64>,
+    /// TSC at the last CYC packet (or at the last PSB+/enable).
+    last_cyc_tsc: u64,
     out: Vec<u8>,
     /// When set, every packet is also recorded as a value (tests, golden streams).
     log: Option<Vec<Packet>>,
@@ -131,6 +135,8 @@ impl Tracer {
             psb_bytes: 0,
             preset_psb_bytes: 0,
             tsc: 0,
+            last_mtc_ctc: None,
+            last_cyc_tsc: 0,
             out: Vec::with_capacity(64 * 1024),
             log: None,
             stats: TracerStats::default(),
@@ -167,8 +173,42 @@ impl Tracer {
         self.stats
     }
 
+    /// Advance the time stamp counter. The Always Running Timer (ART) behind MTC and TMA runs at
+    /// the TSC rate (CPUID.15H: TSC/ART = 1/1), and the core clock behind CYC counts TSC ticks.
     pub fn set_tsc(&mut self, tsc: u64) {
         self.tsc = tsc;
+    }
+
+    /// Timing packets due before the packets of an event (SDM §33.4.2.11 MTC, §33.4.2.14 CYC):
+    /// MTC when CTC[MTCFreq] advanced since the last MTC (one MTC carrying the current CTC[7:0]
+    /// value; periods that elapsed between two events are not each reported), then CYC with
+    /// the cycles since the last CYC once they reach the CycThresh threshold.
+    fn timing_packets(&mut self) {
+        if !self.packet_en {
+            return;
+        }
+        let ctl = self.cfg.ctl;
+        if ctl.mtc_en() {
+            let ctc = self.tsc >> ctl.mtc_freq();
+            if self.last_mtc_ctc != Some(ctc) {
+                if self.last_mtc_ctc.is_some() {
+                    self.emit_raw(Packet::Mtc { ctc: ctc as u8 });
+                }
+                self.last_mtc_ctc = Some(ctc);
+            }
+        }
+        if ctl.cyc_en() {
+            let cycles = self.tsc.saturating_sub(self.last_cyc_tsc);
+            // CycThresh n > 0: a CYC only once at least 2^(n-1) cycles passed.
+            let threshold = match ctl.cyc_thresh() {
+                0 => 1,
+                n => 1u64 << (n - 1),
+            };
+            if cycles >= threshold {
+                self.emit_raw(Packet::Cyc { value: cycles });
+                self.last_cyc_tsc = self.tsc;
+            }
+        }
     }
 
     /// The packets generated so far and not yet taken (pending TNT bits are not included).
@@ -270,7 +310,13 @@ impl Tracer {
         self.mode_sent = None;
         if self.cfg.ctl.tsc_en() {
             self.emit_raw(Packet::Tsc { tsc: self.tsc & ((1 << 56) - 1) });
+            if self.cfg.ctl.mtc_en() {
+                // TMA: CTC[15:0] at the TSC, and the fast counter (0: ART ticks with the TSC).
+                self.emit_raw(Packet::Tma { ctc: self.tsc as u16, fast_counter: 0 });
+            }
         }
+        self.last_mtc_ctc = Some(self.tsc >> self.cfg.ctl.mtc_freq());
+        self.last_cyc_tsc = self.tsc;
         if self.cfg.ctl.os() && context_en(&self.cfg, &self.ctx) {
             self.pip();
         }
@@ -435,6 +481,7 @@ impl Tracer {
         if !self.trigger_en() {
             return;
         }
+        self.timing_packets();
         let was = self.packet_en;
         let stop = self.eval_ip(next);
         let now = self.compute_packet_en();
@@ -526,6 +573,9 @@ impl Tracer {
     }
 
     fn transfer(&mut self, fup: Option<u64>, next: u64, to: Context) {
+        if self.trigger_en() {
+            self.timing_packets();
+        }
         let was = self.packet_en;
         let cr3_changed = to.cr3 != self.ctx.cr3;
         self.ctx = to;
