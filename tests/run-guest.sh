@@ -28,8 +28,14 @@ for elf in "$bin"/t_*.elf; do
   on=$(nm "${elf%.elf}.elf64" 2>/dev/null | awk '$3 == "pt_enable_wrmsr" { print $1 }')
   off=$(nm "${elf%.elf}.elf64" 2>/dev/null | awk '$3 == "pt_disable_wrmsr" { print $1 }')
   opts="out=$dir"
+  # A test may ask for plugin options with a line `// pttrace-options: key=value,...` in its source.
+  extra=$(sed -n 's|^// pttrace-options: *||p' "$top/tests/guest/$name.c" 2>/dev/null | head -1)
+  [ -n "$extra" ] && opts="$opts,$extra"
+  # ... and for QEMU options (e.g. -smp 2) with `// qemu-options: ...`.
+  qemu_extra=$(sed -n 's|^// qemu-options: *||p' "$top/tests/guest/$name.c" 2>/dev/null | head -1)
   [ -n "$on" ] && opts="$opts,truth=1"
-  if ! bash "$top/tests/guest/run.sh" "$elf" -plugin "$plugin,$opts" >"$dir.log" 2>&1; then
+  # shellcheck disable=SC2086
+  if ! bash "$top/tests/guest/run.sh" "$elf" $qemu_extra -plugin "$plugin,$opts" >"$dir.log" 2>&1; then
     echo "FAIL $name:"; grep -v '^PTDUMP' "$dir.log" | tail -20; fail=1; continue
   fi
   if grep -q '^SRWRAP offset=' "$dir.log"; then

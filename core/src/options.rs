@@ -201,7 +201,7 @@ pub struct SystemOptions {
 }
 
 pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
-  profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default)
+  profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default), minimal
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
   truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth";
 
@@ -288,7 +288,7 @@ mod tests {
         assert!(t.mtc_en() && t.cyc_en());
         assert_eq!((t.mtc_freq(), t.cyc_thresh()), (3, 2));
         let s = |a: &str| SystemOptions::parse([a]).unwrap_err().0;
-        assert!(s("profile=pentium").contains("accepted: skylake"));
+        assert!(s("profile=pentium").contains("accepted: skylake, minimal"));
         assert!(s("truth=1").contains("needs out=DIR"));
         assert!(s("branch=1").contains("unknown option 'branch'"));
         assert!(SystemOptions::parse(["profile=skylake", "out=/tmp/x", "truth=1"]).is_ok());

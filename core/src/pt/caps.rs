@@ -71,22 +71,49 @@ impl PtCaps {
         max_phys_addr: 39,
     };
 
+    /// The smallest Intel PT implementation: ToPA with one output region per table, nothing
+    /// else (no CR3 filter, no configurable PSB/CYC, no IP filtering, no MTC, no single range).
+    /// CPUID.14H.0 = {0, 0, 0x1, 0}; subleaf 1 is not enumerated.
+    pub const MINIMAL: PtCaps = PtCaps {
+        cr3_filter: false,
+        psb_cyc: false,
+        ip_filter: false,
+        mtc: false,
+        ptwrite: false,
+        power_events: false,
+        psb_pmi_preserve: false,
+        event_trace: false,
+        dis_tnt: false,
+        topa: true,
+        topa_multi: false,
+        single_range: false,
+        trace_transport: false,
+        lip: false,
+        num_addr_ranges: 0,
+        mtc_period_bitmap: 0,
+        cyc_thresh_bitmap: 0,
+        psb_freq_bitmap: 0,
+        max_phys_addr: 39,
+    };
+
     /// Look a profile up by the name used in plugin options.
     pub fn by_name(name: &str) -> Option<PtCaps> {
         match name {
             "skylake" | "default" => Some(PtCaps::SKYLAKE),
+            "minimal" => Some(PtCaps::MINIMAL),
             _ => None,
         }
     }
 
-    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake"];
+    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake", "minimal"];
 
     /// CPUID.(EAX=14H, ECX=subleaf) as {EAX, EBX, ECX, EDX}; subleaves above 1 read as zero.
     pub fn cpuid_14(&self, subleaf: u32) -> [u32; 4] {
         let b = |v: bool, bit: u32| u32::from(v) << bit;
         match subleaf {
             0 => [
-                1, // EAX: maximum subleaf
+                // EAX: maximum subleaf (1 when subleaf 1 enumerates ranges or bitmaps)
+                u32::from(self.ip_filter || self.mtc || self.psb_cyc),
                 b(self.cr3_filter, 0)
                     | b(self.psb_cyc, 1)
                     | b(self.ip_filter, 2)
@@ -100,7 +127,7 @@ impl PtCaps {
                     | b(self.lip, 31),
                 0,
             ],
-            1 => [
+            1 if self.ip_filter || self.mtc || self.psb_cyc => [
                 u32::from(self.num_addr_ranges & 7) | (u32::from(self.mtc_period_bitmap) << 16),
                 u32::from(self.cyc_thresh_bitmap) | (u32::from(self.psb_freq_bitmap) << 16),
                 0,
@@ -131,5 +158,12 @@ mod tests {
         assert_eq!(c.cpuid_14(1), [0x0249_0002, 0x003F_3FFF, 0, 0]);
         assert_eq!(c.cpuid_14(2), [0; 4]);
         assert_eq!(c.phys_addr_reserved_mask(), 0xFFFF_FF80_0000_0000);
+    }
+
+    #[test]
+    fn minimal_profile_enumerates_single_entry_topa_only() {
+        let c = PtCaps::MINIMAL;
+        assert_eq!(c.cpuid_14(0), [0, 0, 0x1, 0]);
+        assert_eq!(c.cpuid_14(1), [0; 4]);
     }
 }
