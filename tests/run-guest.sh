@@ -38,6 +38,21 @@ for elf in "$bin"/t_*.elf; do
   if ! bash "$top/tests/guest/run.sh" "$elf" $qemu_extra -plugin "$plugin,$opts" >"$dir.log" 2>&1; then
     echo "FAIL $name:"; grep -v '^PTDUMP' "$dir.log" | tail -20; fail=1; continue
   fi
+  if grep -q '^PTDUMP[0-9]' "$dir.log"; then
+    # Per-vCPU streams: the lines "PTDUMP<N> <hex>" are CPU N's trace buffer as the guest dumped
+    # it from its memory; it must equal the plugin's host copy for vCPU N, thread-$((N+1)).pt.
+    sizes="" bad=""
+    for cpu in $(sed -n 's/^PTDUMP\([0-9][0-9]*\) .*/\1/p' "$dir.log" | sort -nu); do
+      sed -n "s/^PTDUMP$cpu //p" "$dir.log" | tr -d '\r\n' | xxd -r -p >"$dir/guest-memory-$cpu.pt"
+      cmp -s "$dir/guest-memory-$cpu.pt" "$dir/thread-$((cpu + 1)).pt" || bad="$bad $cpu"
+      sizes="$sizes${sizes:+, }cpu$cpu $(stat -c %s "$dir/guest-memory-$cpu.pt")"
+    done
+    if [ -n "$bad" ]; then
+      echo "FAIL $name: trace in guest memory differs from the plugin's copy for CPU(s)$bad"; fail=1; continue
+    fi
+    echo "ok   $name: PASS in the guest; per-vCPU trace bytes in guest memory = host copy ($sizes bytes)"
+    continue
+  fi
   if grep -q '^SRWRAP offset=' "$dir.log"; then
     # A wrapped single range: the buffer as it lies in memory, rotated by the output offset, must
     # be the last bytes of the stream the plugin generated (the wrap run is the last traced one).

@@ -88,11 +88,15 @@ impl SystemFlow {
     /// instruction whose execution began in the previous block (QEMU may abandon a block in the
     /// middle, e.g. to re-execute an MMIO access on its own; then the previous block's last
     /// instruction never ran and nothing retired).
+    ///
+    /// `by_mode` is the block classified as 16-, 32- and 64-bit code: the one matching the
+    /// execution mode after the previous block's last instruction retired is used (a far
+    /// transfer may just have switched modes).
     pub fn block(
         &mut self,
         tracer: &mut Tracer,
         pc: u64,
-        block: std::sync::Arc<SysBlock>,
+        by_mode: &[std::sync::Arc<SysBlock>; 3],
         last_started: u64,
         cpu: &mut impl CpuView,
     ) {
@@ -104,7 +108,12 @@ impl SystemFlow {
                 self.stats.cut_short += 1;
             }
         }
-        self.pos = Position::After(block);
+        let index = match tracer.context().mode {
+            crate::pt::packet::ExecMode::Bit16 => 0,
+            crate::pt::packet::ExecMode::Bit32 => 1,
+            crate::pt::packet::ExecMode::Bit64 => 2,
+        };
+        self.pos = Position::After(by_mode[index].clone());
     }
 
     /// The last instruction of `prev` retired and execution continues at `next`.
@@ -211,13 +220,14 @@ mod tests {
         Tracer::new(TraceConfig { ctl, ..TraceConfig::default() }, KERNEL).with_packet_log()
     }
 
-    fn block(insns: &[u64], len: u8, kind: BranchKind) -> Arc<SysBlock> {
+    fn block(insns: &[u64], len: u8, kind: BranchKind) -> [Arc<SysBlock>; 3] {
         let ip = *insns.last().unwrap();
-        Arc::new(SysBlock {
+        let b = Arc::new(SysBlock {
             insns: insns.to_vec(),
             last: ClassifiedInsn { ip, len, kind, rep_string: false },
             writes_cr3: false,
-        })
+        });
+        [b.clone(), b.clone(), b]
     }
 
     fn u16ip(v: u64) -> IpPayload {
@@ -231,7 +241,7 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, block(&[0x1000, 0x1004, 0x1008], 2, BranchKind::Conditional { target: 0x1000 }), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1004, 0x1008], 2, BranchKind::Conditional { target: 0x1000 }), 0, &mut cpu);
         f.exception_announced();
         f.delivered(&mut t, 0x1004, 0x9000, 0x1004, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Fup(u16ip(0x1004)), Packet::Tip(u16ip(0x9000))]);
@@ -246,7 +256,7 @@ mod tests {
         t.take_packet_log();
         let mut f = SystemFlow::default();
         // `L: dec ecx; jnz L` completes with the branch taken, then a timer interrupt arrives.
-        f.block(&mut t, 0x1000, block(&[0x1000, 0x1002], 2, BranchKind::Conditional { target: 0x1000 }), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1002], 2, BranchKind::Conditional { target: 0x1000 }), 0, &mut cpu);
         f.delivered(&mut t, 0x1000, 0x9000, 0x1002, &mut cpu);
         assert_eq!(
             t.take_packet_log(),
@@ -263,7 +273,7 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, block(&[0x1000, 0x1003], 2, BranchKind::SoftwareInterrupt), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1003], 2, BranchKind::SoftwareInterrupt), 0, &mut cpu);
         f.exception_announced();
         cpu.0 = KERNEL;
         f.delivered(&mut t, 0x1003, 0x9000, 0x1003, &mut cpu);
@@ -278,11 +288,11 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, block(&[0x1000], 2, BranchKind::Far(FarKind::Syscall)), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000], 2, BranchKind::Far(FarKind::Syscall)), 0, &mut cpu);
         cpu.0 = KERNEL;
-        f.block(&mut t, 0x9000, block(&[0x9000], 3, BranchKind::Far(FarKind::Sysret)), 0x1000, &mut cpu);
+        f.block(&mut t, 0x9000, &block(&[0x9000], 3, BranchKind::Far(FarKind::Sysret)), 0x1000, &mut cpu);
         cpu.0 = USER;
-        f.block(&mut t, 0x1002, block(&[0x1002], 1, BranchKind::Return), 0x9000, &mut cpu);
+        f.block(&mut t, 0x1002, &block(&[0x1002], 1, BranchKind::Return), 0x9000, &mut cpu);
         assert_eq!(
             t.take_packet_log(),
             [Packet::TipPgd(IpPayload::SUPPRESSED), Packet::TipPge(u16ip(0x1002))]
@@ -298,12 +308,43 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, block(&[0x1000, 0x1004, 0x1008], 1, BranchKind::Return), 0, &mut cpu);
-        f.block(&mut t, 0x1008, block(&[0x1008], 1, BranchKind::Return), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1004, 0x1008], 1, BranchKind::Return), 0, &mut cpu);
+        f.block(&mut t, 0x1008, &block(&[0x1008], 1, BranchKind::Return), 0, &mut cpu);
         assert!(t.take_packet_log().is_empty());
         assert_eq!(f.stats().cut_short, 1);
-        f.block(&mut t, 0x5000, block(&[0x5000], 1, BranchKind::Return), 0x1008, &mut cpu);
+        f.block(&mut t, 0x5000, &block(&[0x5000], 1, BranchKind::Return), 0x1008, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Tip(u16ip(0x5000))]);
+    }
+
+    #[test]
+    fn block_after_a_far_transfer_into_32bit_code_is_classified_as_32bit() {
+        let mut t = tracer(true, true);
+        let mut cpu = Cpu(KERNEL);
+        t.enable(0x1000);
+        t.take_packet_log();
+        let mut f = SystemFlow::default();
+        f.block(&mut t, 0x1000, &block(&[0x1000], 7, BranchKind::Far(FarKind::FarCall)), 0, &mut cpu);
+        cpu.0.mode = ExecMode::Bit32;
+        // The same bytes classify differently per mode; only the 32-bit variant ends in a JMP.
+        let as_mode = |kind| {
+            Arc::new(SysBlock {
+                insns: vec![0x8000],
+                last: ClassifiedInsn { ip: 0x8000, len: 2, kind, rep_string: false },
+                writes_cr3: false,
+            })
+        };
+        let variants = [as_mode(BranchKind::None), as_mode(BranchKind::IndirectJump), as_mode(BranchKind::None)];
+        f.block(&mut t, 0x8000, &variants, 0x1000, &mut cpu);
+        f.block(&mut t, 0x9000, &block(&[0x9000], 1, BranchKind::Return), 0x8000, &mut cpu);
+        assert_eq!(f.stats().unexplained, 0);
+        assert_eq!(
+            t.take_packet_log(),
+            [
+                Packet::ModeExec { mode: ExecMode::Bit32, if_flag: false },
+                Packet::Tip(u16ip(0x8000)),
+                Packet::Tip(u16ip(0x9000)),
+            ]
+        );
     }
 
     #[test]
@@ -313,11 +354,12 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        let mut b = (*block(&[0x1000], 3, BranchKind::None)).clone();
+        let mut b = (*block(&[0x1000], 3, BranchKind::None)[2]).clone();
         b.writes_cr3 = true;
-        f.block(&mut t, 0x1000, Arc::new(b), 0, &mut cpu);
+        let b = Arc::new(b);
+        f.block(&mut t, 0x1000, &[b.clone(), b.clone(), b], 0, &mut cpu);
         cpu.0.cr3 = 0x2000;
-        f.block(&mut t, 0x1003, block(&[0x1003], 1, BranchKind::Return), 0x1000, &mut cpu);
+        f.block(&mut t, 0x1003, &block(&[0x1003], 1, BranchKind::Return), 0x1000, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Pip { cr3: 0x2000, nr: false }]);
     }
 }

@@ -711,3 +711,17 @@ fn random_tables_and_writes_never_store_outside_described_regions() {
     eprintln!("stored {stored} pmis {pmis} stops {stops} late errors {late_errors}");
     assert!(stored > 600 && pmis > 100 && stops > 40 && late_errors > 100);
 }
+
+#[test]
+fn single_output_region_topa_pmi_comes_before_the_region_fills() {
+    let mut mem = SparseMemory::new();
+    mem.add_ram(0x1000, 0x1000).add_ram(0x10000, 0x1000);
+    put_table(&mut mem, 0x1000, &[region(0x10000, 0, INT), end(0x1000)]);
+    let mut u = OutputUnit::new(single_entry_caps());
+    u.start(true, 0x1000, ptrs(0, 0), &mut mem).unwrap();
+    // 4 KiB region: the PMI is due at 4096 - 512 = 3584 bytes, not at the wrap.
+    assert!(!u.write(&mut mem, &[1; 3583]).pmi);
+    assert!(u.write(&mut mem, &[1; 1]).pmi);
+    assert!(!u.write(&mut mem, &[1; 100]).pmi);
+    assert_eq!(u.output_mask_ptrs(), ptrs(0, 3684));
+}

@@ -54,13 +54,7 @@ struct BlockInfo {
     by_mode: [Arc<SysBlock>; 3],
 }
 
-fn mode_index(mode: ExecMode) -> usize {
-    match mode {
-        ExecMode::Bit16 => 0,
-        ExecMode::Bit32 => 1,
-        ExecMode::Bit64 => 2,
-    }
-}
+
 
 /// Work left for "right after the current instruction".
 #[derive(Default)]
@@ -304,9 +298,8 @@ impl Shared {
         v.icount += info.n_insns;
         v.tracer.set_tsc(v.icount);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
-        let block = info.by_mode[mode_index(v.tracer.context().mode)].clone();
         let last_started = self.last_started.take(v.index);
-        v.flow.block(&mut v.tracer, info.pc, block, last_started, &mut cpu);
+        v.flow.block(&mut v.tracer, info.pc, &info.by_mode, last_started, &mut cpu);
         self.drain(v);
         if let (Some(out), Some(t)) = (&self.out, v.truth.as_mut()) {
             if t.len() >= 256 * 1024 {
@@ -352,7 +345,8 @@ impl Shared {
             v.msrs.status.set_stopped(true);
         }
         // PacketByteCnt counts while tracing; with TraceEn = 0 it holds what software wrote.
-        if v.tracer.trace_en() {
+        // Without configurable PSB (CPUID.(14H,0):EBX[1] = 0) the field is reserved and reads 0.
+        if v.tracer.trace_en() && self.opts.caps.psb_cyc {
             v.msrs.status.set_packet_byte_cnt(v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32);
         }
         // The output unit owns the output pointers (WRMSRs to them are forwarded to it).
@@ -486,7 +480,9 @@ impl Shared {
                 let ctx = current_context(&v.regs, v.gdt_base);
                 v.tracer.set_context(ctx);
                 v.tracer.reconfigure(self.trace_config(v));
-                v.tracer.set_packet_byte_count(u64::from(v.msrs.status.packet_byte_cnt()));
+                // SDM Table 33-11, EBX[1] = 0: "a PSB is always generated" when TraceEn is set.
+                let restored = if self.opts.caps.psb_cyc { v.msrs.status.packet_byte_cnt() } else { 0 };
+                v.tracer.set_packet_byte_count(u64::from(restored));
                 let ctl = v.msrs.ctl;
                 // With STATUS.Stopped or STATUS.Error already set, TriggerEn stays 0: no packets
                 // and no output until software clears them (SDM §33.2.7.2 ToPA errors, TraceStop).
@@ -513,8 +509,10 @@ impl Shared {
                 self.drain(v);
                 v.output.stop();
                 v.output_active = false;
-                let count = v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32;
-                v.msrs.status.set_packet_byte_cnt(count);
+                if self.opts.caps.psb_cyc {
+                    let count = v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32;
+                    v.msrs.status.set_packet_byte_cnt(count);
+                }
                 self.sync_status(v);
             }
             Ok(WriteEffect::Plain) => {

@@ -105,7 +105,8 @@ gdt:
     .quad 0x00CFFA000000FFFF /* 0x18 user code, 32-bit, DPL 3 (unused; SYSRET layout) */
     .quad 0x00CFF2000000FFFF /* 0x20 user data, DPL 3 */
     .quad 0x00AFFA000000FFFF /* 0x28 user code, 64-bit, DPL 3 */
-    .quad 0, 0               /* 0x30 64-bit TSS, filled in by gdt_init() */
+    .quad 0, 0               /* 0x30 64-bit TSS of CPU 0, filled in by gdt_init() */
+    .skip 16 * (MAX_CPUS - 1) /* 0x40, 0x50, ...: TSS of CPU n at TSS_SEL + 16 n (smp.c) */
 gdt_end:
     .balign 8
     .globl gdt_ptr

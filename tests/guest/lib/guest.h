@@ -96,6 +96,30 @@ void lapic_enable(void);                                 /* xAPIC mode, software
 void lapic_timer_oneshot(uint8_t vector, uint32_t count); /* divide by 1 */
 void lapic_eoi(void);
 
+/* ---- SMP (smp.c) ----
+ * smp_start(fn, ncpus): starts CPUs 1..ncpus-1 (ncpus <= 0: every CPU QEMU has) with
+ * INIT-SIPI-SIPI; each runs fn(cpu) on its own 64 KiB stack, with the shared IDT and handlers,
+ * its own TSS (RSP0, IST1 NMI, IST2 #DF stacks) and its LAPIC enabled, then halts. Returns once
+ * every AP is running fn, i.e. concurrently with the caller; fails the test if QEMU has fewer
+ * CPUs (`// qemu-options: -smp N`). CPU n is LAPIC ID n; the BSP is CPU 0. At most once per test.
+ * Ring 3 (enter_user) and last_fault are BSP-only (shared stacks / state). */
+int smp_start(void (*fn)(int cpu), int ncpus);
+void smp_join(void);     /* waits until every AP returned from fn */
+void smp_barrier(void);  /* all smp_cpus() CPUs (BSP included) must call it */
+int smp_cpus(void);      /* CPUs running: 1 before smp_start() */
+int smp_cpu_count(void); /* CPUs QEMU has (fw_cfg) */
+int cpu_id(void);        /* this CPU's LAPIC ID */
+
+/* A test-and-set lock (not for handlers: they would spin on a lock their CPU holds). */
+typedef struct { volatile uint32_t locked; } spinlock_t;
+static inline void spin_lock(spinlock_t *l)
+{
+    while (__atomic_exchange_n(&l->locked, 1, __ATOMIC_ACQUIRE))
+        while (__atomic_load_n(&l->locked, __ATOMIC_RELAXED))
+            cpu_pause();
+}
+static inline void spin_unlock(spinlock_t *l) { __atomic_store_n(&l->locked, 0, __ATOMIC_RELEASE); }
+
 /* ---- memory (mem.c) ---- */
 void *memset(void *d, int c, size_t n);
 void *memcpy(void *d, const void *s, size_t n);

@@ -15,7 +15,14 @@
 #define USER32_CS 0x1B /* placeholder 32-bit user code, unused */
 #define USER_DS   0x23
 #define USER_CS   0x2B
-#define TSS_SEL   0x30
+#define TSS_SEL   0x30 /* CPU 0's TSS; CPU n's is TSS_SEL + 16 * n (smp.c) */
+
+/* SMP (smp.c, smp_boot.S): at most MAX_CPUS CPUs; the APs' real-mode start-up code is copied
+ * to AP_TRAMPOLINE (4 KiB aligned, below 1 MiB: SIPI vector AP_TRAMPOLINE >> 12). Its GDT has
+ * the main GDT's 0x08 and 0x10 plus a 32-bit ring-0 code segment for the protected-mode step. */
+#define MAX_CPUS      16
+#define AP_TRAMPOLINE 0x8000
+#define AP_CS32       0x18
 
 /* Physical memory (RAM: -m 128). The kernel image must end below IMAGE_LIMIT. */
 #define KERNEL_LOAD  0x00100000 /* 1 MiB: multiboot ELF load address */

@@ -5,6 +5,7 @@ extern uint64_t pml4[], pml4_alt[];
 extern char __image_end[];
 
 static uint64_t pool_next = POOL_BASE, pool_end = POOL_BASE;
+static spinlock_t pool_lock; /* APs allocate too */
 
 void *memset(void *d, int c, size_t n)
 {
@@ -62,6 +63,7 @@ void *alloc_aligned(size_t bytes, size_t align)
 {
     if (align < 4096 || (align & (align - 1)))
         test_fail("alloc_aligned: alignment must be a power of two >= 4096");
+    spin_lock(&pool_lock);
     uint64_t start = (pool_next + align - 1) & ~(uint64_t)(align - 1);
     uint64_t size = (bytes + 4095) & ~4095ULL;
     if (start + size > pool_end || start + size < start) {
@@ -70,6 +72,7 @@ void *alloc_aligned(size_t bytes, size_t align)
         test_fail("page pool exhausted");
     }
     pool_next = start + size;
+    spin_unlock(&pool_lock);
     return memset((void *)start, 0, size);
 }
 

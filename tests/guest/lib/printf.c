@@ -23,10 +23,39 @@ void putchar_serial(char c)
     outb(COM1, c);
 }
 
+/* Once APs run (smp_active), printf and puts_serial hold a lock owned by a CPU (LAPIC ID), so
+ * lines of different CPUs do not mix; a handler that prints on the CPU that holds it (a trap
+ * inside printf) goes through. Before smp_start() nothing changes (no lock, no LAPIC read). */
+extern int smp_active;
+static volatile int print_owner = -1;
+
+static int print_lock(void)
+{
+    if (!smp_active)
+        return 0;
+    int me = cpu_id(), free;
+    if (__atomic_load_n(&print_owner, __ATOMIC_ACQUIRE) == me)
+        return 0;
+    for (;;) {
+        free = -1;
+        if (__atomic_compare_exchange_n(&print_owner, &free, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return 1;
+        cpu_pause();
+    }
+}
+
+static void print_unlock(int taken)
+{
+    if (taken)
+        __atomic_store_n(&print_owner, -1, __ATOMIC_RELEASE);
+}
+
 void puts_serial(const char *s)
 {
+    int taken = print_lock();
     while (*s)
         putchar_serial(*s++);
+    print_unlock(taken);
 }
 
 static void put_num(uint64_t v, unsigned base, int upper, int width, char pad, int left,
@@ -55,6 +84,7 @@ static void put_num(uint64_t v, unsigned base, int upper, int width, char pad, i
 int printf(const char *fmt, ...)
 {
     va_list ap;
+    int taken = print_lock();
     va_start(ap, fmt);
     for (const char *p = fmt; *p; p++) {
         if (*p != '%') {
@@ -115,5 +145,6 @@ int printf(const char *fmt, ...)
         }
     }
     va_end(ap);
+    print_unlock(taken);
     return 0;
 }

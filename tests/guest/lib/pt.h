@@ -40,6 +40,22 @@ static inline void pt_dump(const uint8_t *buf, uint64_t len)
     }
 }
 
+/* As pt_dump, with lines "TAG <hex>": tests/run-guest.sh compares the lines "PTDUMP<n> <hex>"
+ * (tag "PTDUMP0", "PTDUMP1", ...) with the plugin's copy of vCPU n's stream. */
+static inline void pt_dump_tagged(const char *tag, const uint8_t *buf, uint64_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (uint64_t i = 0; i < len; i += 32) {
+        puts_serial(tag);
+        putchar_serial(' ');
+        for (uint64_t j = i; j < len && j < i + 32; j++) {
+            putchar_serial(hex[buf[j] >> 4]);
+            putchar_serial(hex[buf[j] & 15]);
+        }
+        putchar_serial('\n');
+    }
+}
+
 static inline int pt_has_psb(const uint8_t *p)
 {
     for (int i = 0; i < 16; i += 2)

@@ -26,7 +26,7 @@ extern uint64_t gdt[];
 extern char isr_stubs[], rsp0_stack_top[], ist_nmi_top[], ist_df_top[];
 extern const struct extable_entry __extable_start[], __extable_end[];
 
-static struct tss64 tss __attribute__((aligned(16)));
+static struct tss64 tss[MAX_CPUS] __attribute__((aligned(16))); /* one per CPU (smp.c) */
 static struct idt_gate idt[256] __attribute__((aligned(16)));
 static trap_handler_t handlers[256];
 volatile struct fault_info last_fault;
@@ -36,18 +36,26 @@ static const char *const exc_names[32] = {
     "#GP", "#PF", "", "#MF", "#AC", "#MC", "#XM", "#VE", "#CP",
 };
 
-/* Fills the 16-byte TSS descriptor (SDM Vol. 3A "TSS Descriptor in 64-bit mode"), loads TR. */
+/* Fills CPU `cpu`'s TSS and its 16-byte descriptor at TSS_SEL + 16 * cpu (SDM Vol. 3A "TSS
+ * Descriptor in 64-bit mode"), loads TR. Each CPU needs its own descriptor: LTR marks it busy. */
+void tss_init(int cpu, uint64_t rsp0, uint64_t ist_nmi, uint64_t ist_df)
+{
+    struct tss64 *t = &tss[cpu];
+    uint64_t base = (uint64_t)t, limit = sizeof(*t) - 1;
+    uint16_t sel = TSS_SEL + 16 * cpu;
+    t->rsp[0] = rsp0;
+    t->ist[0] = ist_nmi; /* IST1 */
+    t->ist[1] = ist_df;  /* IST2 */
+    t->iomap_base = sizeof(*t); /* no I/O bitmap: ring-3 IN/OUT fault */
+    gdt[sel / 8] = (limit & 0xFFFF) | ((base & 0xFFFFFF) << 16) | (0x89ULL << 40) |
+                   ((limit >> 16 & 0xF) << 48) | ((base >> 24 & 0xFF) << 56);
+    gdt[sel / 8 + 1] = base >> 32;
+    asm volatile("ltr %w0" : : "r"(sel));
+}
+
 void gdt_init(void)
 {
-    uint64_t base = (uint64_t)&tss, limit = sizeof(tss) - 1;
-    tss.rsp[0] = (uint64_t)rsp0_stack_top;
-    tss.ist[0] = (uint64_t)ist_nmi_top; /* IST1 */
-    tss.ist[1] = (uint64_t)ist_df_top;  /* IST2 */
-    tss.iomap_base = sizeof(tss);       /* no I/O bitmap: ring-3 IN/OUT fault */
-    gdt[TSS_SEL / 8] = (limit & 0xFFFF) | ((base & 0xFFFFFF) << 16) | (0x89ULL << 40) |
-                       ((limit >> 16 & 0xF) << 48) | ((base >> 24 & 0xFF) << 56);
-    gdt[TSS_SEL / 8 + 1] = base >> 32;
-    asm volatile("ltr %w0" : : "r"(TSS_SEL));
+    tss_init(0, (uint64_t)rsp0_stack_top, (uint64_t)ist_nmi_top, (uint64_t)ist_df_top);
 }
 
 static void set_gate(int v, int ist, int dpl)
@@ -58,16 +66,22 @@ static void set_gate(int v, int ist, int dpl)
                                 .off2 = off >> 32 };
 }
 
-void idt_init(void)
+/* LIDT of the shared IDT (every CPU, smp.c). */
+void idt_load(void)
 {
     struct { uint16_t limit; uint64_t base; } __attribute__((packed)) idtr = { sizeof(idt) - 1,
                                                                              (uint64_t)idt };
+    asm volatile("lidt %0" : : "m"(idtr));
+}
+
+void idt_init(void)
+{
     for (int v = 0; v < 256; v++)
         set_gate(v, v == 2 ? 1 : v == 8 ? 2 : 0, 0);
     idt_set_dpl(3, 3); /* int3 / into from ring 3 raise #BP / #OF, not #GP */
     idt_set_dpl(4, 3);
     idt_set_dpl(SYSCALL_VECTOR, 3);
-    asm volatile("lidt %0" : : "m"(idtr));
+    idt_load();
 }
 
 void idt_set_dpl(uint8_t vector, int dpl)

@@ -203,6 +203,19 @@ impl Topa {
                 break;
             }
             let n = room.min(rest.len() as u64) as usize;
+            // Single-output-region ToPA (CPUID.(14H,0):ECX[1] = 0): "ToPA PMIs will be delivered
+            // before the region is filled" (SDM Table 33-11; seed 003 "ToPA PMI and Single Output
+            // Region ToPA Implementation": signalled before the output wraps). The PMI is raised
+            // when the fill crosses size - min(size/4, 512), leaving the handler room to clear
+            // TraceEn before the wrap.
+            if self.single_entry && r.int {
+                let early = r.size - (r.size / 4).min(512);
+                let end = self.offset + n as u64;
+                // Crossing the early mark, or (starting past it) filling the region.
+                if (self.offset < early && end >= early) || (self.offset >= early && end >= r.size) {
+                    out.pmi = true;
+                }
+            }
             let (chunk, tail) = rest.split_at(n);
             store(mem, r.base + self.offset, chunk);
             self.offset += n as u64;
@@ -213,7 +226,7 @@ impl Topa {
             }
             // Table 33-3 INT row: with INT and STOP both set, STOP happens before INT; the
             // caller sets Stopped before raising the PMI.
-            out.pmi |= r.int;
+            out.pmi |= r.int && !self.single_entry;
             if r.stop {
                 out.stopped = true;
                 break;
