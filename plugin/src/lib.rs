@@ -65,7 +65,8 @@ impl Register for PtTrace {
             fail(&format!("target '{}' is not x86_64", info.target_name));
         }
         if info.system.is_some() {
-            return system::install(id, args);
+            let smp = info.system.as_ref().map_or(1, |s| s.smp_vcpus);
+            return system::install(id, args, smp);
         }
         // SAFETY: registers a plain function; called by the C library in the child after fork().
         unsafe { pthread_atfork(None, None, Some(on_fork_child)) };

@@ -336,10 +336,16 @@ impl Shared {
 
     /// IA32_RTIT_STATUS and the output pointers as hardware shows them right now.
     fn sync_status(&self, v: &mut Vcpu) {
-        let (filter_en, context_en, trigger_en) = v.tracer.status_bits();
-        v.msrs.status.set_filter_en(filter_en);
-        v.msrs.status.set_context_en(context_en);
-        v.msrs.status.set_trigger_en(trigger_en);
+        // FilterEn/ContextEn/TriggerEn are evaluated while TraceEn = 1; with tracing off they
+        // keep their last values (0 after reset) and TriggerEn reads 0.
+        if v.tracer.trace_en() {
+            let (filter_en, context_en, trigger_en) = v.tracer.status_bits();
+            v.msrs.status.set_filter_en(filter_en);
+            v.msrs.status.set_context_en(context_en);
+            v.msrs.status.set_trigger_en(trigger_en);
+        } else {
+            v.msrs.status.set_trigger_en(false);
+        }
         // TraceStop sets Stopped while tracing; once TraceEn is 0, software owns the bit.
         if v.tracer.trace_en() && v.tracer.trace_stop_hit() {
             v.msrs.status.set_stopped(true);
@@ -647,8 +653,23 @@ extern "C" fn discon(_id: qemu_plugin::sys::qemu_plugin_id_t, vcpu: u32, ty: i32
     }
 }
 
-pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
+/// Single-threaded TCG (`-accel tcg,thread=single`, or `-icount`) shares translated blocks between
+/// vCPUs and QEMU 10.2 then passes the translating vCPU's index to execute callbacks
+/// (accel/tcg/plugin-gen.c gen_cpu_index without CF_PARALLEL), so per-vCPU state would mix.
+fn single_threaded_tcg() -> bool {
+    let Ok(cmdline) = std::fs::read("/proc/self/cmdline") else { return false };
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    args.iter().any(|a| a.contains("thread=single") || a == "-icount" || a == "--icount")
+}
+
+pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result<()> {
     let opts = SystemOptions::parse(args.raw.iter().map(String::as_str)).unwrap_or_else(|e| fail(&e.0));
+    if smp_vcpus > 1 && single_threaded_tcg() {
+        fail(&format!(
+            "{smp_vcpus} vCPUs with single-threaded TCG (thread=single or -icount): QEMU then reports a \
+             wrong vCPU index to plugin callbacks; use the default multi-threaded TCG or -smp 1"
+        ));
+    }
     let out = match &opts.out {
         Some(dir) => {
             if let Err(e) = std::fs::create_dir_all(dir) {

@@ -21,7 +21,7 @@
 #define BUF_SIZE 65536
 #define ROUNDS   3
 
-extern char isr_stubs[], smp_trace_on[], smp_trace_off[];
+extern char isr_stubs[], pt_enable_wrmsr[], pt_disable_wrmsr[];
 
 static uint8_t *bufs[NCPUS];
 static volatile uint64_t timer_hits[NCPUS], sink[NCPUS];
@@ -70,12 +70,12 @@ static leaf_fn leaf_of(int cpu)
 /* The enabling and disabling WRMSRs, each at one known address. */
 __attribute__((noinline, noclone)) static void trace_on(uint64_t v)
 {
-    asm volatile(".globl smp_trace_on\nsmp_trace_on: wrmsr"
+    asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
                  :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)v), "d"((uint32_t)(v >> 32)) : "memory");
 }
 __attribute__((noinline, noclone)) static void trace_off(uint64_t v)
 {
-    asm volatile(".globl smp_trace_off\nsmp_trace_off: wrmsr"
+    asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
                  :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)v), "d"((uint32_t)(v >> 32)) : "memory");
 }
 
@@ -184,7 +184,7 @@ static void check_stream(int cpu, struct pt_pkt *pk, int max)
             in_psb = 0;
         else if (k->kind == PT_TIP_PGE) {
             pge++;
-            ASSERT_EQ(k->ip, (uint64_t)smp_trace_on + 2);
+            ASSERT_EQ(k->ip, (uint64_t)pt_enable_wrmsr + 2);
         } else if (k->kind == PT_TIP_PGD)
             pgd++;
         else if (k->kind == PT_PIP && !in_psb) {
@@ -208,14 +208,14 @@ static void check_stream(int cpu, struct pt_pkt *pk, int max)
     ASSERT_EQ(timer, ROUNDS);
     for (int j = 0; j < NCPUS; j++)
         ASSERT_EQ(count_tip(pk, n, PT_TIP, (uint64_t)leaf_of(j)), j == cpu ? ROUNDS : 0);
-    /* The stream ends with the last disabling WRMSR: FUP(smp_trace_off), TIP.PGD. */
+    /* The stream ends with the last disabling WRMSR: FUP(pt_disable_wrmsr), TIP.PGD. */
     ASSERT(last > 0);
     ASSERT_EQ(pk[last].kind, PT_TIP_PGD);
     int fup = last - 1;
     while (fup > 0 && pk[fup].kind == PT_PAD)
         fup--;
     ASSERT_EQ(pk[fup].kind, PT_FUP);
-    ASSERT_EQ(pk[fup].ip, (uint64_t)smp_trace_off);
+    ASSERT_EQ(pk[fup].ip, (uint64_t)pt_disable_wrmsr);
 }
 
 void test_main(void)
