@@ -162,7 +162,10 @@ fi
 for c in "$top"/tests/linux/workloads/*.c; do
   [ -f "$c" ] || continue
   name=$(basename "$c" .c)
-  gcc -static -O2 -g -fno-omit-frame-pointer -Wall -o "usr/local/bin/$name" "$c"
+  # Built from the clone's top with its path mapped away, so the binary (debug info included)
+  # depends on neither where the clone nor where the cache is.
+  (cd "$top" && gcc -static -O2 -g -fno-omit-frame-pointer -Wall -ffile-prefix-map="$top"=. \
+     -o "$root/usr/local/bin/$name" "tests/linux/workloads/$name.c")
   cp "$c" usr/local/src/
 done
 
