@@ -427,8 +427,12 @@ impl Shared {
             0x15 if self.opts.caps.mtc && v.native_max_leaf < 0x15 => {
                 // CPUID.15H: TSC/"core crystal clock" ratio EBX/EAX; the ART behind MTC and TMA
                 // runs at the TSC rate here (1/1). ECX (crystal Hz) stays 0 as on client parts.
+                // All four registers: QEMU answers a leaf above its maximum with its highest
+                // leaf's values, and a stray ECX would be taken as the crystal frequency.
                 v.regs.set("rax", 1);
                 v.regs.set("rbx", 1);
+                v.regs.set("rcx", 0);
+                v.regs.set("rdx", 0);
             }
             0x8000_0008 => {
                 // CPUID.80000008H:EAX[7:0] MAXPHYADDR must match the profile: it decides the
