@@ -82,6 +82,10 @@ pub enum SystemOp {
     MovToCr3,
     /// LGDT: the GDT base is needed to read CS.L/CS.D for MODE.Exec.
     Lgdt,
+    /// RDPMC: QEMU's TCG raises #UD for it; the plugin completes it from its PMU model.
+    Rdpmc,
+    /// RDTSC / RDTSCP: their results tell the plugin the guest's TSC (for TSC/MTC packets).
+    Rdtsc,
 }
 
 /// The system operation of the instruction at the start of `bytes`, if any.
@@ -96,6 +100,8 @@ pub fn system_op(bytes: &[u8], bitness: u32) -> Option<SystemOp> {
         Mnemonic::Rdmsr => Some(SystemOp::Rdmsr),
         Mnemonic::Wrmsr => Some(SystemOp::Wrmsr),
         Mnemonic::Lgdt => Some(SystemOp::Lgdt),
+        Mnemonic::Rdpmc => Some(SystemOp::Rdpmc),
+        Mnemonic::Rdtsc | Mnemonic::Rdtscp => Some(SystemOp::Rdtsc),
         Mnemonic::Mov if insn.op0_register() == iced_x86::Register::CR3 => Some(SystemOp::MovToCr3),
         _ => None,
     }
@@ -234,6 +240,7 @@ mod tests {
         assert!(classify(&[0xF3, 0xA4], 0, 64).unwrap().rep_string); // rep movsb
         assert_eq!(system_op(&[0x0F, 0xA2], 64), Some(SystemOp::Cpuid));
         assert_eq!(system_op(&[0x0F, 0x30], 64), Some(SystemOp::Wrmsr));
+        assert_eq!(system_op(&[0x0F, 0x33], 64), Some(SystemOp::Rdpmc));
         assert_eq!(system_op(&[0x0F, 0x32], 64), Some(SystemOp::Rdmsr));
         assert_eq!(system_op(&[0x0F, 0x22, 0xD8], 64), Some(SystemOp::MovToCr3)); // mov cr3, rax
         assert_eq!(system_op(&[0x0F, 0x20, 0xD8], 64), None); // mov rax, cr3

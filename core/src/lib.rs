@@ -5,3 +5,4 @@ pub mod pt;
 pub mod user_flow;
 pub mod options;
 pub mod system_flow;
+pub mod pmu;

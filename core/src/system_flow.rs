@@ -150,6 +150,12 @@ impl SystemFlow {
         self.exception_announced = true;
     }
 
+    /// The announced exception was undone by the caller (an instruction QEMU does not implement
+    /// was completed instead, e.g. RDPMC): no event happened.
+    pub fn exception_cancelled(&mut self) {
+        self.exception_announced = false;
+    }
+
     /// An interrupt or exception was delivered: attributed to `from`, handler at `to`;
     /// `last_started` as for `block`.
     pub fn delivered(&mut self, tracer: &mut Tracer, from: u64, to: u64, last_started: u64, cpu: &mut impl CpuView) {

@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, SystemOp};
 use pttrace_core::options::SystemOptions;
+use pttrace_core::pmu::{self, ArchPmu};
 use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
@@ -43,7 +44,7 @@ const APIC_ICR_LOW: u64 = 0xFEE0_0300;
 /// MSRs the plugin answers: every IA32_RTIT_* index (those the profile lacks #GP on WRMSR) and
 /// IA32_PERF_GLOBAL_STATUS/RESET/SET for the ToPA PMI bit.
 fn owned_msr(index: u32, caps: &pttrace_core::pt::caps::PtCaps) -> bool {
-    RtitMsrs::owns(index, caps) || pttrace_core::pt::msr::is_rtit_index(index)
+    RtitMsrs::owns(index, caps) || pttrace_core::pt::msr::is_rtit_index(index) || ArchPmu::owns(index)
 }
 
 struct BlockInfo {
@@ -65,6 +66,10 @@ struct Pending {
     rdmsr: Option<u32>,
     /// Guest RCX/RDX to restore after a steered (faulting) WRMSR.
     gp_restore: Option<(u64, u64)>,
+    /// RDPMC about to execute (address, length): QEMU's TCG raises #UD for it.
+    rdpmc: Option<(u64, u64)>,
+    /// An RDTSC/RDTSCP executed: its EDX:EAX calibrates the guest TSC offset.
+    rdtsc: bool,
 }
 
 struct Vcpu {
@@ -72,6 +77,8 @@ struct Vcpu {
     tracer: Tracer,
     flow: SystemFlow,
     msrs: RtitMsrs,
+    /// Architectural PMU MSRs (storage only), so the guest's core PMU driver initialises.
+    pmu: ArchPmu,
     output: OutputUnit,
     /// The output unit accepted the current TraceEn=1 configuration.
     output_active: bool,
@@ -81,6 +88,8 @@ struct Vcpu {
     pending: Pending,
     /// An exception or INT n was announced and not yet delivered.
     exception_pending: bool,
+    /// Host TSC minus guest TSC, from the guest's last RDTSC.
+    tsc_offset: u64,
     /// CPUID.0:EAX as QEMU answers it (before raising it to 14H/15H).
     native_max_leaf: u32,
     icount: u64,
@@ -119,6 +128,23 @@ pub struct Shared {
 }
 
 pub static SHARED: OnceLock<Shared> = OnceLock::new();
+
+/// The host's time stamp counter. QEMU's TCG answers the guest's RDTSC from the host TSC minus
+/// an offset fixed when the VM starts (cpu_get_ticks) plus IA32_TSC adjustments; the plugin
+/// learns that offset from the guest's own RDTSC results, so TSC, TMA, MTC and CYC packets use
+/// the clock the guest reads and perf can correlate them with its sideband. Hosts without a TSC
+/// fall back to the retired-instruction count.
+fn host_tsc() -> Option<u64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC has no preconditions on x86_64.
+        Some(unsafe { core::arch::x86_64::_rdtsc() })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
 
 /// CpuView over the live registers of the current vCPU.
 struct LiveCpu<'a> {
@@ -180,12 +206,14 @@ impl Shared {
             tracer: Tracer::new(TraceConfig { num_ranges: caps.num_addr_ranges as usize, ..TraceConfig::default() }, Context::KERNEL64),
             flow: SystemFlow::default(),
             msrs: RtitMsrs::default(),
+            pmu: ArchPmu::default(),
             output: OutputUnit::new(caps),
             output_active: false,
             regs,
             gdt_base: None,
             pending: Pending::default(),
             exception_pending: false,
+            tsc_offset: 0,
             native_max_leaf: 0x14,
             icount: 0,
             truth: self.opts.truth.then(Vec::new),
@@ -252,7 +280,8 @@ impl Shared {
                 );
             }
             // Results of the previous instruction's CPUID/RDMSR are patched before this one runs.
-            let prev_needs_fixup = i > 0 && matches!(system_op(&insns[i - 1].1, bitness), Some(SystemOp::Cpuid | SystemOp::Rdmsr));
+            let prev_needs_fixup = i > 0
+                && matches!(system_op(&insns[i - 1].1, bitness), Some(SystemOp::Cpuid | SystemOp::Rdmsr | SystemOp::Rdtsc));
             if prev_needs_fixup {
                 insn.register_execute_callback_flags(
                     move |vcpu| {
@@ -296,7 +325,11 @@ impl Shared {
     fn on_block(&self, v: &mut Vcpu, info: &BlockInfo) {
         self.apply_pending(v);
         v.icount += info.n_insns;
-        v.tracer.set_tsc(v.icount);
+        let tsc = match host_tsc() {
+            Some(host) => host.wrapping_sub(v.tsc_offset),
+            None => v.icount,
+        };
+        v.tracer.set_tsc(tsc);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
         let last_started = self.last_started.take(v.index);
         v.flow.block(&mut v.tracer, info.pc, &info.by_mode, last_started, &mut cpu);
@@ -387,9 +420,18 @@ impl Shared {
         if let Some((leaf, subleaf)) = v.pending.cpuid.take() {
             self.fix_cpuid(v, leaf, subleaf);
         }
+        if std::mem::take(&mut v.pending.rdtsc) {
+            if let (Some(host), Some(lo), Some(hi)) = (host_tsc(), v.regs.get("rax"), v.regs.get("rdx")) {
+                v.tsc_offset = host.wrapping_sub((hi << 32) | (lo & 0xFFFF_FFFF));
+            }
+        }
         if let Some(index) = v.pending.rdmsr.take() {
             self.sync_status(v);
-            if let Ok(value) = v.msrs.read(index, &self.opts.caps) {
+            let value = match v.pmu.read(index) {
+                Some(value) => Ok(value),
+                None => v.msrs.read(index, &self.opts.caps),
+            };
+            if let Ok(value) = value {
                 v.regs.set("rax", value & 0xFFFF_FFFF);
                 v.regs.set("rdx", value >> 32);
             }
@@ -440,6 +482,13 @@ impl Shared {
                 let eax = v.regs.get("rax").unwrap_or(0) as u32;
                 v.regs.set("rax", u64::from((eax & !0xFF) | u32::from(self.opts.caps.max_phys_addr)));
             }
+            0x0A => {
+                // Architectural PMU version 2 (SDM §20.2.2): Linux's core PMU driver services
+                // the ToPA PMI from its NMI handler.
+                for (name, val) in ["rax", "rbx", "rcx", "rdx"].iter().zip(pmu::cpuid_0a()) {
+                    v.regs.set(name, u64::from(val));
+                }
+            }
             0x14 => {
                 let r = self.opts.caps.cpuid_14(subleaf);
                 for (name, val) in ["rax", "rbx", "rcx", "rdx"].iter().zip(r) {
@@ -466,6 +515,8 @@ impl Shared {
             }
             SystemOp::Wrmsr => self.wrmsr(v, ip, ip + len),
             SystemOp::Lgdt => self.lgdt(v, ip, bytes),
+            SystemOp::Rdpmc => v.pending.rdpmc = Some((ip, len)),
+            SystemOp::Rdtsc => v.pending.rdtsc = true,
             SystemOp::MovToCr3 => {}
         }
     }
@@ -478,14 +529,15 @@ impl Shared {
         }
         let rdx = v.regs.get("rdx").unwrap_or(0);
         let value = (rdx << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
+        if ArchPmu::owns(index) {
+            if v.pmu.write(index, value).is_err() {
+                Self::raise_gp(v, rcx, rdx);
+            }
+            return;
+        }
         self.sync_status(v);
         match v.msrs.write(index, value, &self.opts.caps) {
-            Err(Fault::Gp) => {
-                // Make QEMU raise #GP(0) at this WRMSR: IA32_APIC_BASE with reserved bits set.
-                v.pending.gp_restore = Some((rcx, rdx));
-                v.regs.set("rcx", MSR_IA32_APIC_BASE);
-                v.regs.set("rdx", 0xFFFF_FFFF);
-            }
+            Err(Fault::Gp) => Self::raise_gp(v, rcx, rdx),
             Ok(WriteEffect::TraceEnabled) => {
                 let ctx = current_context(&v.regs, v.gdt_base);
                 v.tracer.set_context(ctx);
@@ -538,6 +590,35 @@ impl Shared {
         }
     }
 
+    /// QEMU's TCG does not implement RDPMC and has just delivered #UD for it. Undo the delivery
+    /// (the interrupt frame on the handler's stack holds the interrupted RIP, CS, RFLAGS, RSP,
+    /// SS) and complete the instruction: EDX:EAX = the counter ECX selects, resume after it.
+    /// Returns false (the #UD stands) when the frame cannot be read or the counter does not exist.
+    fn complete_rdpmc(&self, v: &mut Vcpu, resume: u64) -> bool {
+        let Some(rsp) = v.regs.get("rsp") else { return false };
+        let frame: Option<Vec<u64>> = (0..5).map(|i| guest::read_u64(rsp + 8 * i)).collect();
+        let Some(frame) = frame else { return false };
+        let (cs, rflags, old_rsp, ss) = (frame[1], frame[2], frame[3], frame[4]);
+        let Some(value) = v.pmu.rdpmc(v.regs.get("rcx").unwrap_or(0) as u32) else { return false };
+        if cs & 3 != v.regs.get("cs").unwrap_or(0) & 3 && !(v.regs.set("cs", cs) && v.regs.set("ss", ss)) {
+            return false;
+        }
+        v.regs.set("rsp", old_rsp);
+        v.regs.set("eflags", rflags);
+        v.regs.set("rip", resume);
+        v.regs.set("rax", value & 0xFFFF_FFFF);
+        v.regs.set("rdx", value >> 32);
+        true
+    }
+
+    /// Make QEMU raise #GP(0) at the WRMSR about to execute: IA32_APIC_BASE with reserved bits
+    /// set. The guest's RCX/RDX come back when the exception is delivered (`on_discon`).
+    fn raise_gp(v: &mut Vcpu, rcx: u64, rdx: u64) {
+        v.pending.gp_restore = Some((rcx, rdx));
+        v.regs.set("rcx", MSR_IA32_APIC_BASE);
+        v.regs.set("rdx", 0xFFFF_FFFF);
+    }
+
     fn trace_config(&self, v: &Vcpu) -> TraceConfig {
         TraceConfig {
             ctl: v.msrs.ctl,
@@ -579,6 +660,15 @@ impl Shared {
             if let Some((rcx, rdx)) = v.pending.gp_restore.take() {
                 v.regs.set("rcx", rcx);
                 v.regs.set("rdx", rdx);
+            }
+            if ty & DISCON_EXCEPTION == 0 && v.exception_pending {
+                if let Some((ip, len)) = v.pending.rdpmc.take() {
+                    if from == ip && sh.complete_rdpmc(v, ip + len) {
+                        v.exception_pending = false;
+                        v.flow.exception_cancelled();
+                        return;
+                    }
+                }
             }
             if ty & DISCON_EXCEPTION != 0 {
                 // Announced before delivery; its `from` can be stale (QEMU computes it before
