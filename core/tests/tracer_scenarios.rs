@@ -432,20 +432,49 @@ fn enable_with_a_restored_packet_byte_count_continues_without_psb() {
 
 #[test]
 fn mtc_when_ctc_advances_and_cyc_past_the_threshold_before_the_event_packets() {
+    use pttrace_core::pt::tracer::ART_RATIO as R;
     let mut cfg = user_cfg();
     cfg.ctl.set_tsc_en(true).set_mtc_en(true).set_mtc_freq(3).set_cyc_en(true).set_cyc_thresh(3);
     let mut t = tracer(cfg, Context::USER64);
-    t.set_tsc(0x100);
+    t.set_tsc(0x100 * R + R / 2);
     t.enable(0x401000);
     let head = t.take_packet_log();
-    // PSB+ carries TSC and TMA (CTC[15:0] at that TSC).
-    assert_eq!(&head[..4], &[Psb, Tsc { tsc: 0x100 }, Tma { ctc: 0x100, fast_counter: 0 }, Cbr { ratio: 24 }]);
-    // 3 ticks: same CTC (>> 3), below the CYC threshold 2^(3-1) = 4: no timing packet.
-    t.set_tsc(0x103);
+    // PSB+ carries TSC and TMA (CTC[15:0] = ART at that TSC, fast counter = the half ART tick).
+    assert_eq!(
+        &head[..4],
+        &[Psb, Tsc { tsc: 0x100 * R + R / 2 }, Tma { ctc: 0x100, fast_counter: (R / 2) as u16 }, Cbr { ratio: 24 }]
+    );
+    // 3 ART ticks: same CTC (ART >> 3 = 0x20), but 3*R cycles are past the CYC threshold 2^(3-1).
+    t.set_tsc(0x103 * R + R / 2);
     t.branch(0x401000, 0x401002, BranchKind::IndirectJump, 0x401100);
-    assert_eq!(t.take_packet_log(), [Tip(ip(C::Update16, 0x1100))]);
-    // 0x108: CTC advanced to 0x21 and 8 cycles passed: MTC(0x21), CYC(8), then the TIP.
-    t.set_tsc(0x108);
+    assert_eq!(t.take_packet_log(), [Cyc { value: 3 * R }, Tip(ip(C::Update16, 0x1100))]);
+    // Still the same TSC: no CYC (0 cycles is below the threshold), no MTC.
+    t.branch(0x401100, 0x401102, BranchKind::IndirectJump, 0x401180);
+    assert_eq!(t.take_packet_log(), [Tip(ip(C::Update16, 0x1180))]);
+    // ART 0x108: CTC advanced to 0x21: MTC(0x21), CYC, then the TIP.
+    t.set_tsc(0x108 * R);
+    t.branch(0x401180, 0x401182, BranchKind::IndirectJump, 0x401200);
+    assert_eq!(t.take_packet_log(), [Mtc { ctc: 0x21 }, Cyc { value: 4 * R + R / 2 }, Tip(ip(C::Update16, 0x1200))]);
+}
+
+#[test]
+fn long_gap_between_events_sends_tsc_and_tma_instead_of_an_ambiguous_mtc() {
+    use pttrace_core::pt::tracer::ART_RATIO as R;
+    let mut cfg = user_cfg();
+    cfg.ctl.set_tsc_en(true).set_mtc_en(true).set_mtc_freq(0);
+    let mut t = tracer(cfg, Context::USER64);
+    t.set_tsc(0);
+    t.enable(0x401000);
+    t.take_packet_log();
+    // 300 ART periods later (more than the 8-bit MTC payload can tell apart reliably).
+    t.set_tsc(300 * R + 5);
+    t.branch(0x401000, 0x401002, BranchKind::IndirectJump, 0x401100);
+    assert_eq!(
+        t.take_packet_log(),
+        [Tsc { tsc: 300 * R + 5 }, Tma { ctc: 300, fast_counter: 5 }, Tip(ip(C::Update16, 0x1100))]
+    );
+    // A short step afterwards is an MTC again.
+    t.set_tsc(302 * R);
     t.branch(0x401100, 0x401102, BranchKind::IndirectJump, 0x401200);
-    assert_eq!(t.take_packet_log(), [Mtc { ctc: 0x21 }, Cyc { value: 8 }, Tip(ip(C::Update16, 0x1200))]);
+    assert_eq!(t.take_packet_log(), [Mtc { ctc: 302u64 as u8 }, Tip(ip(C::Update16, 0x1200))]);
 }

@@ -32,6 +32,7 @@ use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 const MAX_VCPUS: usize = 1024;
@@ -88,8 +89,6 @@ struct Vcpu {
     pending: Pending,
     /// An exception or INT n was announced and not yet delivered.
     exception_pending: bool,
-    /// Host TSC minus guest TSC, from the guest's last RDTSC.
-    tsc_offset: u64,
     /// CPUID.0:EAX as QEMU answers it (before raising it to 14H/15H).
     native_max_leaf: u32,
     icount: u64,
@@ -121,6 +120,8 @@ impl LastStarted {
 
 pub struct Shared {
     opts: SystemOptions,
+    /// Host TSC minus guest TSC, learned from the guest's RDTSC results.
+    tsc_offset: AtomicU64,
     last_started: LastStarted,
     out: Option<Output>,
     vcpus: Box<[Mutex<Option<Vcpu>>]>,
@@ -213,7 +214,6 @@ impl Shared {
             gdt_base: None,
             pending: Pending::default(),
             exception_pending: false,
-            tsc_offset: 0,
             native_max_leaf: 0x14,
             icount: 0,
             truth: self.opts.truth.then(Vec::new),
@@ -325,11 +325,7 @@ impl Shared {
     fn on_block(&self, v: &mut Vcpu, info: &BlockInfo) {
         self.apply_pending(v);
         v.icount += info.n_insns;
-        let tsc = match host_tsc() {
-            Some(host) => host.wrapping_sub(v.tsc_offset),
-            None => v.icount,
-        };
-        v.tracer.set_tsc(tsc);
+        self.update_tsc(v);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
         let last_started = self.last_started.take(v.index);
         v.flow.block(&mut v.tracer, info.pc, &info.by_mode, last_started, &mut cpu);
@@ -339,6 +335,15 @@ impl Shared {
                 out.send(FileKey::Truth(v.index + 1), std::mem::take(t));
             }
         }
+    }
+
+    /// The guest's TSC now (see `host_tsc`): packets generated from here on carry this time.
+    fn update_tsc(&self, v: &mut Vcpu) {
+        let tsc = match host_tsc() {
+            Some(host) => host.wrapping_sub(self.tsc_offset.load(Ordering::Relaxed)),
+            None => v.icount,
+        };
+        v.tracer.set_tsc(tsc);
     }
 
     /// Hand the generated packets to the output unit (guest memory) and the host mirror.
@@ -422,7 +427,13 @@ impl Shared {
         }
         if std::mem::take(&mut v.pending.rdtsc) {
             if let (Some(host), Some(lo), Some(hi)) = (host_tsc(), v.regs.get("rax"), v.regs.get("rdx")) {
-                v.tsc_offset = host.wrapping_sub((hi << 32) | (lo & 0xFFFF_FFFF));
+                // QEMU keeps one offset for all vCPUs; the smallest observed difference is the
+                // closest to it (every observation is late by the time since the RDTSC ran).
+                let offset = host.wrapping_sub((hi << 32) | (lo & 0xFFFF_FFFF));
+                let old = self.tsc_offset.load(Ordering::Relaxed);
+                if old == 0 || offset < old || offset - old > 1 << 32 {
+                    self.tsc_offset.store(offset, Ordering::Relaxed);
+                }
             }
         }
         if let Some(index) = v.pending.rdmsr.take() {
@@ -467,12 +478,12 @@ impl Shared {
                 v.regs.set("rcx", u64::from(ecx & !(1 << 16)));
             }
             0x15 if self.opts.caps.mtc && v.native_max_leaf < 0x15 => {
-                // CPUID.15H: TSC/"core crystal clock" ratio EBX/EAX; the ART behind MTC and TMA
-                // runs at the TSC rate here (1/1). ECX (crystal Hz) stays 0 as on client parts.
+                // CPUID.15H: TSC/"core crystal clock" ratio EBX/EAX = ART_RATIO/1 (the ART behind
+                // MTC and TMA). ECX (crystal Hz) stays 0 as on client parts.
                 // All four registers: QEMU answers a leaf above its maximum with its highest
                 // leaf's values, and a stray ECX would be taken as the crystal frequency.
                 v.regs.set("rax", 1);
-                v.regs.set("rbx", 1);
+                v.regs.set("rbx", pttrace_core::pt::tracer::ART_RATIO);
                 v.regs.set("rcx", 0);
                 v.regs.set("rdx", 0);
             }
@@ -522,6 +533,7 @@ impl Shared {
     }
 
     fn wrmsr(&self, v: &mut Vcpu, ip: u64, nlip: u64) {
+        self.update_tsc(v);
         let rcx = v.regs.get("rcx").unwrap_or(0);
         let index = rcx as u32;
         if !owned_msr(index, &self.opts.caps) {
@@ -688,6 +700,7 @@ impl Shared {
                     }
                 }
             }
+            sh.update_tsc(v);
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
             let last_started = sh.last_started.take(vcpu);
             v.flow.delivered(&mut v.tracer, from, to, last_started, &mut cpu);
@@ -785,6 +798,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
         vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
         code_seen: Mutex::new(HashMap::new()),
         last_started: LastStarted::new(),
+        tsc_offset: AtomicU64::new(0),
     };
     if SHARED.set(shared).is_err() {
         fail("plugin loaded twice");

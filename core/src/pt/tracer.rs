@@ -18,6 +18,12 @@ use super::rtit_ctl::{AddrRange, RtitCtl};
 use super::tnt::TntBuffer;
 use crate::insn_class::{BranchKind, FarKind};
 
+/// TSC ticks per ART (crystal clock) tick: CPUID.15H reports EBX/EAX = ART_RATIO/1.
+pub const ART_RATIO: u64 = 128;
+
+/// MTC periods after which the time is sent as TSC + TMA instead of one MTC.
+const MTC_GAP_FOR_TSC: u64 = 128;
+
 /// The processor context that ContextEn and MODE.Exec depend on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Context {
@@ -173,10 +179,16 @@ impl Tracer {
         self.stats
     }
 
-    /// Advance the time stamp counter. The Always Running Timer (ART) behind MTC and TMA runs at
-    /// the TSC rate (CPUID.15H: TSC/ART = 1/1), and the core clock behind CYC counts TSC ticks.
+    /// Advance the time stamp counter. The Always Running Timer (ART, the crystal clock behind MTC
+    /// and TMA) runs at TSC / ART_RATIO (CPUID.15H: EBX/EAX = ART_RATIO/1), and the core clock
+    /// behind CYC counts TSC ticks.
     pub fn set_tsc(&mut self, tsc: u64) {
         self.tsc = tsc;
+    }
+
+    /// The Always Running Timer: TSC / ART_RATIO.
+    fn art(&self) -> u64 {
+        self.tsc / ART_RATIO
     }
 
     /// Timing packets due before the packets of an event (SDM §33.4.2.11 MTC, §33.4.2.14 CYC):
@@ -184,18 +196,25 @@ impl Tracer {
     /// value; periods that elapsed between two events are not each reported), then CYC with
     /// the cycles since the last CYC once they reach the CycThresh threshold.
     fn timing_packets(&mut self) {
-        if !self.packet_en {
-            return;
-        }
         let ctl = self.cfg.ctl;
         if ctl.mtc_en() {
-            let ctc = self.tsc >> ctl.mtc_freq();
-            if self.last_mtc_ctc != Some(ctc) {
-                if self.last_mtc_ctc.is_some() {
-                    self.emit_raw(Packet::Mtc { ctc: ctc as u8 });
+            let ctc = self.art() >> ctl.mtc_freq();
+            if let Some(last) = self.last_mtc_ctc {
+                if ctc != last {
+                    if ctc.wrapping_sub(last) < MTC_GAP_FOR_TSC || !ctl.tsc_en() {
+                        self.emit_raw(Packet::Mtc { ctc: ctc as u8 });
+                    } else {
+                        // Hardware sends an MTC every period while tracing; the model only
+                        // reports time at events. Past half the 8-bit MTC range a decoder could
+                        // no longer count the periods, so the time goes out as TSC + TMA (the
+                        // pair hardware sends at enable) instead of a burst of MTCs.
+                        self.emit_raw(Packet::Tsc { tsc: self.tsc & ((1 << 56) - 1) });
+                        let fc = (self.tsc % ART_RATIO) as u16;
+                        self.emit_raw(Packet::Tma { ctc: self.art() as u16, fast_counter: fc });
+                    }
                 }
-                self.last_mtc_ctc = Some(ctc);
             }
+            self.last_mtc_ctc = Some(ctc);
         }
         if ctl.cyc_en() {
             let cycles = self.tsc.saturating_sub(self.last_cyc_tsc);
@@ -312,10 +331,13 @@ impl Tracer {
             self.emit_raw(Packet::Tsc { tsc: self.tsc & ((1 << 56) - 1) });
             if self.cfg.ctl.mtc_en() {
                 // TMA: CTC[15:0] at the TSC, and the fast counter (0: ART ticks with the TSC).
-                self.emit_raw(Packet::Tma { ctc: self.tsc as u16, fast_counter: 0 });
+                // TMA: CTC[15:0] at the TSC, and the fast counter: the TSC ticks since that ART
+                // tick (decoders take CTC time = TSC - FC, e.g. perf's intel_pt_calc_tma).
+                let fc = (self.tsc % ART_RATIO) as u16;
+                self.emit_raw(Packet::Tma { ctc: self.art() as u16, fast_counter: fc });
             }
         }
-        self.last_mtc_ctc = Some(self.tsc >> self.cfg.ctl.mtc_freq());
+        self.last_mtc_ctc = Some(self.art() >> self.cfg.ctl.mtc_freq());
         self.last_cyc_tsc = self.tsc;
         if self.cfg.ctl.os() && context_en(&self.cfg, &self.ctx) {
             self.pip();
@@ -481,10 +503,12 @@ impl Tracer {
         if !self.trigger_en() {
             return;
         }
-        self.timing_packets();
         let was = self.packet_en;
         let stop = self.eval_ip(next);
         let now = self.compute_packet_en();
+        if was || now {
+            self.timing_packets();
+        }
         if stop {
             // The branch's own result precedes the disable.
             if was {
@@ -573,9 +597,6 @@ impl Tracer {
     }
 
     fn transfer(&mut self, fup: Option<u64>, next: u64, to: Context) {
-        if self.trigger_en() {
-            self.timing_packets();
-        }
         let was = self.packet_en;
         let cr3_changed = to.cr3 != self.ctx.cr3;
         self.ctx = to;
@@ -584,6 +605,9 @@ impl Tracer {
         }
         let stop = self.eval_ip(next);
         let now = self.compute_packet_en();
+        if was || now {
+            self.timing_packets();
+        }
         if was {
             if let Some(ip) = fup {
                 self.emit_ip(Packet::Fup, Some(ip));
