@@ -427,13 +427,11 @@ impl Shared {
         }
         if std::mem::take(&mut v.pending.rdtsc) {
             if let (Some(host), Some(lo), Some(hi)) = (host_tsc(), v.regs.get("rax"), v.regs.get("rdx")) {
-                // QEMU keeps one offset for all vCPUs; the smallest observed difference is the
-                // closest to it (every observation is late by the time since the RDTSC ran).
+                // QEMU keeps one offset for all vCPUs, but corrects it to keep the guest TSC
+                // monotonic (cpu_get_ticks), so the latest observation is the best estimate
+                // (late only by the time since the RDTSC ran).
                 let offset = host.wrapping_sub((hi << 32) | (lo & 0xFFFF_FFFF));
-                let old = self.tsc_offset.load(Ordering::Relaxed);
-                if old == 0 || offset < old || offset - old > 1 << 32 {
-                    self.tsc_offset.store(offset, Ordering::Relaxed);
-                }
+                self.tsc_offset.store(offset, Ordering::Relaxed);
             }
         }
         if let Some(index) = v.pending.rdmsr.take() {
