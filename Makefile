@@ -5,7 +5,7 @@ RELEASE := target/release
 PLUGIN := $(RELEASE)/libpttrace.so
 TOOL := $(RELEASE)/pttrace
 
-.PHONY: all deps qemu print-qemu demo test test-unit test-corpus clean
+.PHONY: all deps qemu print-qemu demo test test-unit test-corpus test-linux clean
 
 all: deps
 	$(CARGO) build --release -p pttrace-plugin -p pttrace
@@ -33,6 +33,11 @@ test-corpus: all qemu
 	@bash tests/run-guest.sh
 
 test: test-unit test-corpus
+
+# Linux guest with perf (issue 4, not yet part of `make test`: the perf record -a check still
+# shows decode errors attributed to the perf process). ~5 minutes under TCG.
+test-linux: all qemu
+	@bash tests/linux/perf_pt.sh
 
 clean:
 	$(CARGO) clean
