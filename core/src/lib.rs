@@ -1,4 +1,6 @@
 //! pttrace-core: a pure model of Intel's branch-trace hardware (no QEMU dependency).
+#[macro_use]
+mod macros;
 pub mod guest_mem;
 pub mod insn_class;
 pub mod pt;

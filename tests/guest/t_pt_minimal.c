@@ -44,34 +44,9 @@
  * single-entry table with one 64 KiB region (no single range on this profile). No host-side
  * comparison (no pt_enable_wrmsr/pt_disable_wrmsr): the wrapped runs overwrite their own start. */
 #include "pt.h"
+#include "gp_probe.h"
+#include "pt_churn.h"
 
-/* ---------------- #GP machinery (as t_pt_gp.c) ---------------- */
-static volatile uint64_t gp_count, gp_vector, gp_error, gp_rip, gp_rcx, gp_rdx, gp_rax;
-extern char gp_wrmsr_insn[];
-
-static void gp_handler(struct trap_frame *f)
-{
-    if (f->rip != (uint64_t)gp_wrmsr_insn) {
-        trap_dump(f);
-        test_fail("#GP outside the tested WRMSR");
-    }
-    gp_count++;
-    gp_vector = f->vector;
-    gp_error = f->error_code;
-    gp_rip = f->rip;
-    gp_rcx = f->rcx;
-    gp_rdx = f->rdx;
-    gp_rax = f->rax;
-    f->rip += 2; /* skip WRMSR (0F 30) */
-}
-
-__attribute__((noinline)) static int raw_wrmsr(uint64_t rcx, uint64_t rax, uint64_t rdx)
-{
-    uint64_t before = gp_count;
-    asm volatile(".globl gp_wrmsr_insn\ngp_wrmsr_insn: wrmsr"
-                 :: "c"(rcx), "a"(rax), "d"(rdx) : "memory");
-    return gp_count != before;
-}
 
 static void expect_gp(const char *what, uint32_t msr, uint64_t value)
 {
@@ -106,26 +81,6 @@ static void expect_ok(const char *what, uint32_t msr, uint64_t value, uint64_t r
 /* ---------------- workload and traced runs (as t_pt_topa.c) ---------------- */
 static volatile uint64_t sink;
 
-__attribute__((noinline)) static uint64_t f0(uint64_t x) { return x * 3 + 1; }
-__attribute__((noinline)) static uint64_t f1(uint64_t x) { return x ^ (x >> 3); }
-__attribute__((noinline)) static uint64_t f2(uint64_t x) { return x + 0x9E37; }
-__attribute__((noinline)) static uint64_t f3(uint64_t x) { return (x << 1) | 1; }
-__attribute__((noinline)) static uint64_t f4(uint64_t x) { return x - 7; }
-__attribute__((noinline)) static uint64_t f5(uint64_t x) { return x * 5; }
-__attribute__((noinline)) static uint64_t f6(uint64_t x) { return ~x; }
-__attribute__((noinline)) static uint64_t f7(uint64_t x) { return x >> 1; }
-static uint64_t (*volatile fns[8])(uint64_t) = { f0, f1, f2, f3, f4, f5, f6, f7 };
-
-__attribute__((noinline)) static uint64_t churn(uint64_t n)
-{
-    uint64_t acc = 1;
-    for (uint64_t i = 0; i < n; i++) {
-        acc = fns[(i * 5 + (acc & 3)) & 7](acc + i);
-        if (acc & 4)
-            acc += i;
-    }
-    return acc;
-}
 
 static volatile uint64_t ctl_on, status_on;
 __attribute__((noinline)) static void traced_run(uint64_t ctl, uint64_t n)

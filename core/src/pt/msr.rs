@@ -95,24 +95,6 @@ pub enum WriteEffect {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RtitStatus(pub u64);
 
-macro_rules! status_flag {
-    ($get:ident, $set:ident, $bit:expr, $doc:expr) => {
-        #[doc = $doc]
-        pub fn $get(self) -> bool {
-            self.0 & (1u64 << $bit) != 0
-        }
-        #[doc = $doc]
-        pub fn $set(&mut self, on: bool) -> &mut Self {
-            if on {
-                self.0 |= 1u64 << $bit;
-            } else {
-                self.0 &= !(1u64 << $bit);
-            }
-            self
-        }
-    };
-}
-
 impl RtitStatus {
     /// IA32_RTIT_STATUS[0] FilterEn (read-only: WRMSR ignores it).
     pub const FILTER_EN: u64 = 1 << 0;
@@ -135,23 +117,23 @@ impl RtitStatus {
     /// IA32_RTIT_STATUS[3], [31:8], [63:49]: reserved on every profile.
     pub const ALWAYS_RESERVED: u64 = (1 << 3) | (0xFF_FFFF << 8) | (0x7FFF << 49);
 
-    status_flag!(filter_en, set_filter_en, 0, "IA32_RTIT_STATUS[0] FilterEn");
-    status_flag!(
+    crate::reg_flag!(filter_en, set_filter_en, 0, "IA32_RTIT_STATUS[0] FilterEn");
+    crate::reg_flag!(
         context_en,
         set_context_en,
         1,
         "IA32_RTIT_STATUS[1] ContextEn"
     );
-    status_flag!(
+    crate::reg_flag!(
         trigger_en,
         set_trigger_en,
         2,
         "IA32_RTIT_STATUS[2] TriggerEn"
     );
-    status_flag!(error, set_error, 4, "IA32_RTIT_STATUS[4] Error");
-    status_flag!(stopped, set_stopped, 5, "IA32_RTIT_STATUS[5] Stopped");
-    status_flag!(pend_psb, set_pend_psb, 6, "IA32_RTIT_STATUS[6] PendPSB");
-    status_flag!(
+    crate::reg_flag!(error, set_error, 4, "IA32_RTIT_STATUS[4] Error");
+    crate::reg_flag!(stopped, set_stopped, 5, "IA32_RTIT_STATUS[5] Stopped");
+    crate::reg_flag!(pend_psb, set_pend_psb, 6, "IA32_RTIT_STATUS[6] PendPSB");
+    crate::reg_flag!(
         pend_topa_pmi,
         set_pend_topa_pmi,
         7,

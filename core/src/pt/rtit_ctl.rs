@@ -8,60 +8,26 @@ pub const IA32_RTIT_CTL: u32 = 0x570;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RtitCtl(pub u64);
 
-macro_rules! flag {
-    ($get:ident, $set:ident, $bit:expr, $doc:expr) => {
-        #[doc = $doc]
-        pub fn $get(self) -> bool {
-            self.0 & (1u64 << $bit) != 0
-        }
-        #[doc = $doc]
-        pub fn $set(&mut self, on: bool) -> &mut Self {
-            if on {
-                self.0 |= 1u64 << $bit;
-            } else {
-                self.0 &= !(1u64 << $bit);
-            }
-            self
-        }
-    };
-}
-
-macro_rules! field {
-    ($get:ident, $set:ident, $lo:expr, $width:expr, $doc:expr) => {
-        #[doc = $doc]
-        pub fn $get(self) -> u8 {
-            ((self.0 >> $lo) & ((1u64 << $width) - 1)) as u8
-        }
-        #[doc = $doc]
-        /// Values wider than the field are truncated to it.
-        pub fn $set(&mut self, v: u8) -> &mut Self {
-            let mask = ((1u64 << $width) - 1) << $lo;
-            self.0 = (self.0 & !mask) | ((u64::from(v) << $lo) & mask);
-            self
-        }
-    };
-}
-
 impl RtitCtl {
-    flag!(trace_en, set_trace_en, 0, "IA32_RTIT_CTL[0] TraceEn");
-    flag!(cyc_en, set_cyc_en, 1, "IA32_RTIT_CTL[1] CYCEn");
-    flag!(os, set_os, 2, "IA32_RTIT_CTL[2] OS: trace when CPL = 0");
-    flag!(user, set_user, 3, "IA32_RTIT_CTL[3] User: trace when CPL > 0");
-    flag!(pwr_evt_en, set_pwr_evt_en, 4, "IA32_RTIT_CTL[4] PwrEvtEn");
-    flag!(fup_on_ptw, set_fup_on_ptw, 5, "IA32_RTIT_CTL[5] FUPonPTW");
-    flag!(fabric_en, set_fabric_en, 6, "IA32_RTIT_CTL[6] FabricEn");
-    flag!(cr3_filter, set_cr3_filter, 7, "IA32_RTIT_CTL[7] CR3Filter");
-    flag!(topa, set_topa, 8, "IA32_RTIT_CTL[8] ToPA");
-    flag!(mtc_en, set_mtc_en, 9, "IA32_RTIT_CTL[9] MTCEn");
-    flag!(tsc_en, set_tsc_en, 10, "IA32_RTIT_CTL[10] TSCEn");
-    flag!(dis_retc, set_dis_retc, 11, "IA32_RTIT_CTL[11] DisRETC: no RET compression");
-    flag!(ptw_en, set_ptw_en, 12, "IA32_RTIT_CTL[12] PTWEn");
-    flag!(branch_en, set_branch_en, 13, "IA32_RTIT_CTL[13] BranchEn");
-    field!(mtc_freq, set_mtc_freq, 14, 4, "IA32_RTIT_CTL[17:14] MTCFreq");
-    field!(cyc_thresh, set_cyc_thresh, 19, 4, "IA32_RTIT_CTL[22:19] CycThresh");
-    field!(psb_freq, set_psb_freq, 24, 4, "IA32_RTIT_CTL[27:24] PSBFreq");
-    flag!(event_en, set_event_en, 31, "IA32_RTIT_CTL[31] EventEn");
-    flag!(dis_tnt, set_dis_tnt, 55, "IA32_RTIT_CTL[55] DisTNT");
+    crate::reg_flag!(trace_en, set_trace_en, 0, "IA32_RTIT_CTL[0] TraceEn");
+    crate::reg_flag!(cyc_en, set_cyc_en, 1, "IA32_RTIT_CTL[1] CYCEn");
+    crate::reg_flag!(os, set_os, 2, "IA32_RTIT_CTL[2] OS: trace when CPL = 0");
+    crate::reg_flag!(user, set_user, 3, "IA32_RTIT_CTL[3] User: trace when CPL > 0");
+    crate::reg_flag!(pwr_evt_en, set_pwr_evt_en, 4, "IA32_RTIT_CTL[4] PwrEvtEn");
+    crate::reg_flag!(fup_on_ptw, set_fup_on_ptw, 5, "IA32_RTIT_CTL[5] FUPonPTW");
+    crate::reg_flag!(fabric_en, set_fabric_en, 6, "IA32_RTIT_CTL[6] FabricEn");
+    crate::reg_flag!(cr3_filter, set_cr3_filter, 7, "IA32_RTIT_CTL[7] CR3Filter");
+    crate::reg_flag!(topa, set_topa, 8, "IA32_RTIT_CTL[8] ToPA");
+    crate::reg_flag!(mtc_en, set_mtc_en, 9, "IA32_RTIT_CTL[9] MTCEn");
+    crate::reg_flag!(tsc_en, set_tsc_en, 10, "IA32_RTIT_CTL[10] TSCEn");
+    crate::reg_flag!(dis_retc, set_dis_retc, 11, "IA32_RTIT_CTL[11] DisRETC: no RET compression");
+    crate::reg_flag!(ptw_en, set_ptw_en, 12, "IA32_RTIT_CTL[12] PTWEn");
+    crate::reg_flag!(branch_en, set_branch_en, 13, "IA32_RTIT_CTL[13] BranchEn");
+    crate::reg_field!(mtc_freq, set_mtc_freq, 14, 4, "IA32_RTIT_CTL[17:14] MTCFreq");
+    crate::reg_field!(cyc_thresh, set_cyc_thresh, 19, 4, "IA32_RTIT_CTL[22:19] CycThresh");
+    crate::reg_field!(psb_freq, set_psb_freq, 24, 4, "IA32_RTIT_CTL[27:24] PSBFreq");
+    crate::reg_flag!(event_en, set_event_en, 31, "IA32_RTIT_CTL[31] EventEn");
+    crate::reg_flag!(dis_tnt, set_dis_tnt, 55, "IA32_RTIT_CTL[55] DisTNT");
 
     /// IA32_RTIT_CTL[35+4n:32+4n] ADDRn_CFG.
     pub fn addr_cfg(self, n: usize) -> AddrCfg {
