@@ -148,3 +148,26 @@ fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
         r
     }
 }
+
+/// The code sideband (code.img): the bytes of every translated block, each block address written
+/// again only when its bytes change.
+#[derive(Default)]
+pub struct CodeImage {
+    seen: parking_lot::Mutex<HashMap<u64, Vec<u8>>>,
+}
+
+impl CodeImage {
+    /// Append the block's record `{pc u64, len u32, bytes}` unless identical bytes were written.
+    pub fn record(&self, out: &Output, pc: u64, code: Vec<u8>) {
+        let mut seen = self.seen.lock();
+        if seen.get(&pc).is_some_and(|old| *old == code) {
+            return;
+        }
+        let mut rec = Vec::with_capacity(12 + code.len());
+        rec.extend_from_slice(&pc.to_le_bytes());
+        rec.extend_from_slice(&(code.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&code);
+        out.send(FileKey::Code, rec);
+        seen.insert(pc, code);
+    }
+}

@@ -30,7 +30,6 @@ use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
 use pttrace_core::system_flow::{CpuView, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -125,7 +124,7 @@ pub struct Shared {
     last_started: LastStarted,
     out: Option<Output>,
     vcpus: Box<[Mutex<Option<Vcpu>>]>,
-    code_seen: Mutex<HashMap<u64, Vec<u8>>>,
+    code: crate::output::CodeImage,
 }
 
 pub static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -309,17 +308,9 @@ impl Shared {
     }
 
     fn record_code(&self, pc: u64, code: Vec<u8>) {
-        let Some(out) = &self.out else { return };
-        let mut seen = self.code_seen.lock();
-        if seen.get(&pc).is_some_and(|old| *old == code) {
-            return;
+        if let Some(out) = &self.out {
+            self.code.record(out, pc, code);
         }
-        let mut rec = Vec::with_capacity(12 + code.len());
-        rec.extend_from_slice(&pc.to_le_bytes());
-        rec.extend_from_slice(&(code.len() as u32).to_le_bytes());
-        rec.extend_from_slice(&code);
-        out.send(FileKey::Code, rec);
-        seen.insert(pc, code);
     }
 
     fn on_block(&self, v: &mut Vcpu, info: &BlockInfo) {
@@ -794,7 +785,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
         opts,
         out,
         vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
-        code_seen: Mutex::new(HashMap::new()),
+        code: crate::output::CodeImage::default(),
         last_started: LastStarted::new(),
         tsc_offset: AtomicU64::new(0),
     };

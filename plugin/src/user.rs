@@ -53,7 +53,7 @@ pub struct Shared {
     handlers: RwLock<Vec<SignalAction>>,
     n_handlers: AtomicUsize,
     /// Translated code already written to code.img: block PC -> its bytes.
-    code_seen: Mutex<HashMap<u64, Vec<u8>>>,
+    code: crate::output::CodeImage,
     /// Pending mmap arguments per vCPU (for maps.txt).
     pending_mmap: Mutex<HashMap<VCPUIndex, (u64, u64, i64, u64)>>,
     maps: Mutex<Vec<String>>,
@@ -279,16 +279,7 @@ impl Shared {
 
     /// Append the block's bytes to code.img unless identical bytes were already written there.
     fn record_code(&self, pc: u64, code: Vec<u8>) {
-        let mut seen = self.code_seen.lock();
-        if seen.get(&pc).is_some_and(|old| *old == code) {
-            return;
-        }
-        let mut rec = Vec::with_capacity(12 + code.len());
-        rec.extend_from_slice(&pc.to_le_bytes());
-        rec.extend_from_slice(&(code.len() as u32).to_le_bytes());
-        rec.extend_from_slice(&code);
-        self.out.send(FileKey::Code, rec);
-        seen.insert(pc, code);
+        self.code.record(&self.out, pc, code);
     }
 
     /// execve replaces the process without running atexit: the calling thread enters the kernel
@@ -458,7 +449,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         next_thread: AtomicU32::new(1),
         handlers: RwLock::new(Vec::new()),
         n_handlers: AtomicUsize::new(0),
-        code_seen: Mutex::new(HashMap::new()),
+        code: crate::output::CodeImage::default(),
         pending_mmap: Mutex::new(HashMap::new()),
         maps: Mutex::new(Vec::new()),
         totals: Mutex::new(Totals::default()),
