@@ -68,6 +68,22 @@ impl ClassifiedInsn {
     pub fn nlip(&self) -> u64 {
         self.ip.wrapping_add(u64::from(self.len))
     }
+
+    /// The same instruction executing `delta` bytes away from where it was classified (QEMU
+    /// reuses PC-relative translations for the same physical code at another virtual address):
+    /// its address and its relative branch targets move with it.
+    pub fn relocated(self, delta: u64) -> Self {
+        if delta == 0 {
+            return self;
+        }
+        let kind = match self.kind {
+            BranchKind::Conditional { target } => BranchKind::Conditional { target: target.wrapping_add(delta) },
+            BranchKind::DirectJump { target } => BranchKind::DirectJump { target: target.wrapping_add(delta) },
+            BranchKind::DirectCall { target } => BranchKind::DirectCall { target: target.wrapping_add(delta) },
+            other => other,
+        };
+        ClassifiedInsn { ip: self.ip.wrapping_add(delta), kind, ..self }
+    }
 }
 
 /// Instructions the full-system plugin must intercept (besides COFIs).
@@ -238,6 +254,8 @@ mod tests {
         assert_eq!(classify(&[0x0F, 0xA2], 0, 64).unwrap().len, 2); // cpuid
         assert!(classify(&[0x0F], 0, 64).is_none());
         assert!(classify(&[0xF3, 0xA4], 0, 64).unwrap().rep_string); // rep movsb
+        let jcc = classify(&[0x75, 0x10], 0x401000, 64).unwrap().relocated(0x1000);
+        assert_eq!((jcc.ip, jcc.kind), (0x402000, BranchKind::Conditional { target: 0x402012 }));
         assert_eq!(system_op(&[0x0F, 0xA2], 64), Some(SystemOp::Cpuid));
         assert_eq!(system_op(&[0x0F, 0x30], 64), Some(SystemOp::Wrmsr));
         assert_eq!(system_op(&[0x0F, 0x33], 64), Some(SystemOp::Rdpmc));

@@ -30,15 +30,27 @@ pub struct SysBlock {
     pub writes_cr3: bool,
 }
 
-impl SysBlock {
+/// A block as it executed this time: `delta` = actual address - address at translation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Executed {
+    block: std::sync::Arc<SysBlock>,
+    delta: u64,
+}
+
+impl Executed {
+    fn last(&self) -> ClassifiedInsn {
+        self.block.last.relocated(self.delta)
+    }
+
     fn contains_insn(&self, ip: u64) -> bool {
-        self.insns.contains(&ip)
+        self.block.insns.contains(&ip.wrapping_sub(self.delta))
     }
 
     fn explains(&self, next: u64) -> bool {
-        let nlip = self.last.nlip();
-        match self.last.kind {
-            BranchKind::None | BranchKind::AlwaysFaults => next == nlip || (self.last.rep_string && next == self.last.ip),
+        let last = self.last();
+        let nlip = last.nlip();
+        match last.kind {
+            BranchKind::None | BranchKind::AlwaysFaults => next == nlip || (last.rep_string && next == last.ip),
             BranchKind::Conditional { target } => next == target || next == nlip,
             BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => next == target,
             _ => true,
@@ -50,7 +62,7 @@ impl SysBlock {
 enum Position {
     /// Nothing executed yet.
     Start,
-    After(std::sync::Arc<SysBlock>),
+    After(Executed),
     /// An event was delivered; the next block is its handler.
     Delivered,
 }
@@ -92,17 +104,23 @@ impl SystemFlow {
     /// `by_mode` is the block classified as 16-, 32- and 64-bit code: the one matching the
     /// execution mode after the previous block's last instruction retired is used (a far
     /// transfer may just have switched modes).
+    ///
+    /// `delta` is the block's actual start minus its address at translation (non-zero when QEMU
+    /// runs a PC-relative translation of the same physical code at another virtual address).
+    /// `last_started` is compared with translation-time addresses.
+    #[allow(clippy::too_many_arguments)]
     pub fn block(
         &mut self,
         tracer: &mut Tracer,
         pc: u64,
         by_mode: &[std::sync::Arc<SysBlock>; 3],
+        delta: u64,
         last_started: u64,
         cpu: &mut impl CpuView,
     ) {
         self.stats.blocks += 1;
         if let Position::After(prev) = std::mem::replace(&mut self.pos, Position::Start) {
-            if last_started == prev.last.ip {
+            if last_started == prev.block.last.ip {
                 self.retire_last(tracer, &prev, pc, cpu);
             } else {
                 self.stats.cut_short += 1;
@@ -113,12 +131,12 @@ impl SystemFlow {
             crate::pt::packet::ExecMode::Bit32 => 1,
             crate::pt::packet::ExecMode::Bit64 => 2,
         };
-        self.pos = Position::After(by_mode[index].clone());
+        self.pos = Position::After(Executed { block: by_mode[index].clone(), delta });
     }
 
     /// The last instruction of `prev` retired and execution continues at `next`.
-    fn retire_last(&mut self, tracer: &mut Tracer, prev: &SysBlock, next: u64, cpu: &mut impl CpuView) {
-        let last = prev.last;
+    fn retire_last(&mut self, tracer: &mut Tracer, prev: &Executed, next: u64, cpu: &mut impl CpuView) {
+        let last = prev.last();
         if last.rep_string && next == last.ip {
             return; // the REP string instruction continues
         }
@@ -128,7 +146,7 @@ impl SystemFlow {
                 let ctx = cpu.context();
                 tracer.far_transfer(kind, next, ctx);
             }
-            _ if prev.writes_cr3 => {
+            _ if prev.block.writes_cr3 => {
                 let ctx = cpu.context();
                 tracer.mov_cr3(next, ctx.cr3);
                 if next != last.nlip() {
@@ -163,7 +181,7 @@ impl SystemFlow {
         let kind = match std::mem::replace(&mut self.pos, Position::Delivered) {
             Position::After(prev) if exception && prev.contains_insn(from) => {
                 // The block stopped at `from`: it faulted, or it is an INT n / INT3 / INTO.
-                if from == prev.last.ip && prev.last.kind == BranchKind::SoftwareInterrupt {
+                if from == prev.last().ip && prev.last().kind == BranchKind::SoftwareInterrupt {
                     AsyncKind::SoftwareInterrupt { ip: from }
                 } else {
                     AsyncKind::Fault { ip: from }
@@ -172,7 +190,7 @@ impl SystemFlow {
             Position::After(prev) => {
                 // The block completed; its last instruction retired with `from` as successor
                 // (unless QEMU left the block early, see `block`).
-                if last_started == prev.last.ip {
+                if last_started == prev.block.last.ip {
                     self.retire_last(tracer, &prev, from, cpu);
                 } else {
                     self.stats.cut_short += 1;
@@ -247,7 +265,7 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1004, 0x1008], 2, BranchKind::Conditional { target: 0x1000 }), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1004, 0x1008], 2, BranchKind::Conditional { target: 0x1000 }), 0, 0, &mut cpu);
         f.exception_announced();
         f.delivered(&mut t, 0x1004, 0x9000, 0x1004, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Fup(u16ip(0x1004)), Packet::Tip(u16ip(0x9000))]);
@@ -262,7 +280,7 @@ mod tests {
         t.take_packet_log();
         let mut f = SystemFlow::default();
         // `L: dec ecx; jnz L` completes with the branch taken, then a timer interrupt arrives.
-        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1002], 2, BranchKind::Conditional { target: 0x1000 }), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1002], 2, BranchKind::Conditional { target: 0x1000 }), 0, 0, &mut cpu);
         f.delivered(&mut t, 0x1000, 0x9000, 0x1002, &mut cpu);
         assert_eq!(
             t.take_packet_log(),
@@ -279,7 +297,7 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1003], 2, BranchKind::SoftwareInterrupt), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1003], 2, BranchKind::SoftwareInterrupt), 0, 0, &mut cpu);
         f.exception_announced();
         cpu.0 = KERNEL;
         f.delivered(&mut t, 0x1003, 0x9000, 0x1003, &mut cpu);
@@ -294,11 +312,11 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, &block(&[0x1000], 2, BranchKind::Far(FarKind::Syscall)), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000], 2, BranchKind::Far(FarKind::Syscall)), 0, 0, &mut cpu);
         cpu.0 = KERNEL;
-        f.block(&mut t, 0x9000, &block(&[0x9000], 3, BranchKind::Far(FarKind::Sysret)), 0x1000, &mut cpu);
+        f.block(&mut t, 0x9000, &block(&[0x9000], 3, BranchKind::Far(FarKind::Sysret)), 0, 0x1000, &mut cpu);
         cpu.0 = USER;
-        f.block(&mut t, 0x1002, &block(&[0x1002], 1, BranchKind::Return), 0x9000, &mut cpu);
+        f.block(&mut t, 0x1002, &block(&[0x1002], 1, BranchKind::Return), 0, 0x9000, &mut cpu);
         assert_eq!(
             t.take_packet_log(),
             [Packet::TipPgd(IpPayload::SUPPRESSED), Packet::TipPge(u16ip(0x1002))]
@@ -314,11 +332,11 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1004, 0x1008], 1, BranchKind::Return), 0, &mut cpu);
-        f.block(&mut t, 0x1008, &block(&[0x1008], 1, BranchKind::Return), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000, 0x1004, 0x1008], 1, BranchKind::Return), 0, 0, &mut cpu);
+        f.block(&mut t, 0x1008, &block(&[0x1008], 1, BranchKind::Return), 0, 0, &mut cpu);
         assert!(t.take_packet_log().is_empty());
         assert_eq!(f.stats().cut_short, 1);
-        f.block(&mut t, 0x5000, &block(&[0x5000], 1, BranchKind::Return), 0x1008, &mut cpu);
+        f.block(&mut t, 0x5000, &block(&[0x5000], 1, BranchKind::Return), 0, 0x1008, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Tip(u16ip(0x5000))]);
     }
 
@@ -329,7 +347,7 @@ mod tests {
         t.enable(0x1000);
         t.take_packet_log();
         let mut f = SystemFlow::default();
-        f.block(&mut t, 0x1000, &block(&[0x1000], 7, BranchKind::Far(FarKind::FarCall)), 0, &mut cpu);
+        f.block(&mut t, 0x1000, &block(&[0x1000], 7, BranchKind::Far(FarKind::FarCall)), 0, 0, &mut cpu);
         cpu.0.mode = ExecMode::Bit32;
         // The same bytes classify differently per mode; only the 32-bit variant ends in a JMP.
         let as_mode = |kind| {
@@ -340,8 +358,8 @@ mod tests {
             })
         };
         let variants = [as_mode(BranchKind::None), as_mode(BranchKind::IndirectJump), as_mode(BranchKind::None)];
-        f.block(&mut t, 0x8000, &variants, 0x1000, &mut cpu);
-        f.block(&mut t, 0x9000, &block(&[0x9000], 1, BranchKind::Return), 0x8000, &mut cpu);
+        f.block(&mut t, 0x8000, &variants, 0, 0x1000, &mut cpu);
+        f.block(&mut t, 0x9000, &block(&[0x9000], 1, BranchKind::Return), 0, 0x8000, &mut cpu);
         assert_eq!(f.stats().unexplained, 0);
         assert_eq!(
             t.take_packet_log(),
@@ -350,6 +368,26 @@ mod tests {
                 Packet::Tip(u16ip(0x8000)),
                 Packet::Tip(u16ip(0x9000)),
             ]
+        );
+    }
+
+    #[test]
+    fn translation_reused_at_another_address_reports_the_actual_ips() {
+        // A PC-relative translation made at 0x1000 runs at 0x5000 (same physical code mapped
+        // twice): the Jcc's TNT and the next TIP use the addresses where it ran.
+        let mut t = tracer(true, true);
+        let mut cpu = Cpu(KERNEL);
+        t.enable(0x5000);
+        t.take_packet_log();
+        let mut f = SystemFlow::default();
+        f.block(&mut t, 0x5000, &block(&[0x1000, 0x1002], 2, BranchKind::Conditional { target: 0x1000 }), 0x4000, 0x1002, &mut cpu);
+        f.block(&mut t, 0x5000, &block(&[0x1000, 0x1002], 2, BranchKind::Conditional { target: 0x1000 }), 0x4000, 0x1002, &mut cpu);
+        f.block(&mut t, 0x5004, &block(&[0x1004], 1, BranchKind::Return), 0x4000, 0x1002, &mut cpu);
+        f.block(&mut t, 0x9000, &block(&[0x9000], 1, BranchKind::Return), 0, 0x1004, &mut cpu);
+        assert_eq!(f.stats().unexplained, 0);
+        assert_eq!(
+            t.take_packet_log(),
+            [Packet::Tnt { bits: 0b10, count: 2 }, Packet::Tip(u16ip(0x9000))]
         );
     }
 
@@ -363,9 +401,9 @@ mod tests {
         let mut b = (*block(&[0x1000], 3, BranchKind::None)[2]).clone();
         b.writes_cr3 = true;
         let b = Arc::new(b);
-        f.block(&mut t, 0x1000, &[b.clone(), b.clone(), b], 0, &mut cpu);
+        f.block(&mut t, 0x1000, &[b.clone(), b.clone(), b], 0, 0, &mut cpu);
         cpu.0.cr3 = 0x2000;
-        f.block(&mut t, 0x1003, &block(&[0x1003], 1, BranchKind::Return), 0x1000, &mut cpu);
+        f.block(&mut t, 0x1003, &block(&[0x1003], 1, BranchKind::Return), 0, 0x1000, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Pip { cr3: 0x2000, nr: false }]);
     }
 }

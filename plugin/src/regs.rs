@@ -1,8 +1,15 @@
 //! Guest registers of the current vCPU, by name, through the plugin register API.
 //! Reads need a callback registered with QEMU_PLUGIN_CB_R_REGS, writes with RW_REGS.
+//!
+//! The block callback reads RIP for every executed block, so reads go straight to the C API with
+//! one GLib byte array reused per vCPU (the qemu-plugin crate's wrapper allocates two buffers per
+//! read) and registers are looked up by position, not by name.
 
-use qemu_plugin::RegisterDescriptor;
-use std::collections::HashMap;
+use qemu_plugin::sys::{
+    qemu_plugin_get_registers, qemu_plugin_read_register, qemu_plugin_reg_descriptor, qemu_plugin_register,
+    qemu_plugin_write_register, GByteArray,
+};
+use std::ffi::CStr;
 
 /// The registers the full-system plugin uses.
 const NAMES: &[&str] = &[
@@ -10,42 +17,90 @@ const NAMES: &[&str] = &[
     "rip", "eflags", "cs", "ds", "ss", "es", "fs", "gs", "fs_base", "gs_base", "cr0", "cr3", "cr4", "efer",
 ];
 
+unsafe extern "C" {
+    fn g_byte_array_new() -> *mut GByteArray;
+    fn g_byte_array_set_size(array: *mut GByteArray, len: u32) -> *mut GByteArray;
+    fn g_array_free(array: *mut qemu_plugin::sys::GArray, free_segment: bool) -> *mut u8;
+}
+
 pub struct Regs {
-    by_name: HashMap<&'static str, RegisterDescriptor<'static>>,
+    handles: [*mut qemu_plugin_register; NAMES.len()],
+    buf: *mut GByteArray,
+}
+
+// SAFETY: the handles and the byte array are only used from the owning vCPU's callbacks (the
+// per-vCPU state is behind a mutex); QEMU's register handles are valid for the whole run.
+unsafe impl Send for Regs {}
+
+fn index(name: &str) -> Option<usize> {
+    NAMES.iter().position(|n| *n == name)
 }
 
 impl Regs {
     /// Look the handles up (must run in vCPU context, e.g. the vCPU init callback).
     pub fn discover() -> Regs {
-        let mut by_name = HashMap::new();
-        if let Ok(all) = qemu_plugin::qemu_plugin_get_registers() {
-            for r in all {
-                if let Some(n) = NAMES.iter().find(|n| **n == r.name) {
-                    by_name.insert(*n, r);
+        let mut handles = [std::ptr::null_mut(); NAMES.len()];
+        // SAFETY: the GArray returned by QEMU holds qemu_plugin_reg_descriptor elements; it is
+        // freed here, the handles stay valid.
+        unsafe {
+            let all = qemu_plugin_get_registers();
+            if !all.is_null() {
+                let descs =
+                    std::slice::from_raw_parts((*all).data as *const qemu_plugin_reg_descriptor, (*all).len as usize);
+                for d in descs {
+                    if d.name.is_null() {
+                        continue;
+                    }
+                    if let Some(i) = CStr::from_ptr(d.name).to_str().ok().and_then(index) {
+                        handles[i] = d.handle;
+                    }
                 }
+                g_array_free(all, true);
             }
         }
-        Regs { by_name }
+        // SAFETY: plain GLib allocation, kept for the vCPU's lifetime.
+        let buf = unsafe { g_byte_array_new() };
+        Regs { handles, buf }
     }
 
     pub fn missing(&self) -> Vec<&'static str> {
-        NAMES.iter().filter(|n| !self.by_name.contains_key(*n)).copied().collect()
+        NAMES.iter().zip(self.handles.iter()).filter(|(_, h)| h.is_null()).map(|(n, _)| *n).collect()
     }
 
     /// Read a register (zero-extended to 64 bits).
     pub fn get(&self, name: &str) -> Option<u64> {
-        let raw = self.by_name.get(name)?.read().ok()?;
-        let mut b = [0u8; 8];
-        let n = raw.len().min(8);
-        b[..n].copy_from_slice(&raw[..n]);
-        Some(u64::from_le_bytes(b))
+        let h = *self.handles.get(index(name)?)?;
+        if h.is_null() || self.buf.is_null() {
+            return None;
+        }
+        // SAFETY: `buf` is a live GByteArray; QEMU appends the register's bytes to it.
+        unsafe {
+            g_byte_array_set_size(self.buf, 0);
+            let n = qemu_plugin_read_register(h, self.buf);
+            if n <= 0 || (*self.buf).data.is_null() {
+                return None;
+            }
+            let len = ((*self.buf).len as usize).min(8);
+            let mut b = [0u8; 8];
+            std::ptr::copy_nonoverlapping((*self.buf).data, b.as_mut_ptr(), len);
+            Some(u64::from_le_bytes(b))
+        }
     }
 
     /// Write a register with its own width (low bytes of `value`).
     pub fn set(&self, name: &str, value: u64) -> bool {
-        let Some(d) = self.by_name.get(name) else { return false };
-        let Ok(cur) = d.read() else { return false };
-        let mut bytes = value.to_le_bytes()[..cur.len().min(8)].to_vec();
-        d.write(&mut bytes).is_ok()
+        let Some(h) = index(name).map(|i| self.handles[i]).filter(|h| !h.is_null()) else { return false };
+        // The register's width: read it first (QEMU needs a buffer at least that large).
+        // SAFETY: as in `get`; the write array points at a local buffer QEMU only reads.
+        unsafe {
+            g_byte_array_set_size(self.buf, 0);
+            let width = qemu_plugin_read_register(h, self.buf);
+            if width <= 0 {
+                return false;
+            }
+            let mut bytes = value.to_le_bytes();
+            let mut array = GByteArray { data: bytes.as_mut_ptr(), len: (width as u32).min(8) };
+            qemu_plugin_write_register(h, &mut array) > 0
+        }
     }
 }

@@ -50,6 +50,8 @@ fn owned_msr(index: u32, caps: &pttrace_core::pt::caps::PtCaps) -> bool {
 struct BlockInfo {
     pc: u64,
     n_insns: u64,
+    /// The block contains a WRMSR (which may enable tracing and needs the block's actual address).
+    has_wrmsr: bool,
     /// The block's COFI classified as 16-, 32- and 64-bit code; the vCPU's current mode picks one
     /// (the translation callback does not know the mode QEMU translated in).
     by_mode: [Arc<SysBlock>; 3],
@@ -88,6 +90,8 @@ struct Vcpu {
     pending: Pending,
     /// An exception or INT n was announced and not yet delivered.
     exception_pending: bool,
+    /// Actual address of the current block minus its address at translation.
+    pc_delta: u64,
     /// CPUID.0:EAX as QEMU answers it (before raising it to 14H/15H).
     native_max_leaf: u32,
     icount: u64,
@@ -213,6 +217,7 @@ impl Shared {
             gdt_base: None,
             pending: Pending::default(),
             exception_pending: false,
+            pc_delta: 0,
             native_max_leaf: 0x14,
             icount: 0,
             truth: self.opts.truth.then(Vec::new),
@@ -244,7 +249,13 @@ impl Shared {
             let writes_cr3 = system_op(last_bytes, bitness) == Some(SystemOp::MovToCr3);
             Arc::new(SysBlock { insns: addrs.clone(), last, writes_cr3 })
         };
-        let info = Arc::new(BlockInfo { pc, n_insns: insns.len() as u64, by_mode: [for_mode(16), for_mode(32), for_mode(64)] });
+        let has_wrmsr = insns.iter().any(|(_, b)| system_op(b, 64) == Some(SystemOp::Wrmsr));
+        let info = Arc::new(BlockInfo {
+            pc,
+            n_insns: insns.len() as u64,
+            has_wrmsr,
+            by_mode: [for_mode(16), for_mode(32), for_mode(64)],
+        });
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
         let bitness = 64;
@@ -296,8 +307,9 @@ impl Shared {
                     if let Some(sh) = SHARED.get() {
                         guarded("truth", || {
                             sh.with_vcpu(vcpu, |_, v| {
+                                let actual = ip.wrapping_add(v.pc_delta);
                                 if let Some(t) = v.truth.as_mut() {
-                                    let _ = writeln!(crate::user::HexLine(t), "{ip:x}");
+                                    let _ = writeln!(crate::user::HexLine(t), "{actual:x}");
                                 }
                             })
                         });
@@ -317,9 +329,20 @@ impl Shared {
         self.apply_pending(v);
         v.icount += info.n_insns;
         self.update_tsc(v);
+        // x86 system-mode translations are PC-relative (CF_PCREL): QEMU runs one translation
+        // for the same physical code at any virtual address it is mapped at (e.g. a shared
+        // library in two processes). RIP is exact at block entry in that mode. Reading it costs,
+        // so it is read only while tracing; with TraceEn = 0 no packet depends on the address
+        // (a block with a WRMSR, which may enable tracing, reads it too).
+        let pc = if v.tracer.trace_en() || v.truth.is_some() || info.has_wrmsr {
+            v.regs.get("rip").unwrap_or(info.pc)
+        } else {
+            info.pc
+        };
+        v.pc_delta = pc.wrapping_sub(info.pc);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
         let last_started = self.last_started.take(v.index);
-        v.flow.block(&mut v.tracer, info.pc, &info.by_mode, last_started, &mut cpu);
+        v.flow.block(&mut v.tracer, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         self.drain(v);
         if let (Some(out), Some(t)) = (&self.out, v.truth.as_mut()) {
             if t.len() >= 256 * 1024 {
@@ -501,6 +524,7 @@ impl Shared {
 
     fn before_op(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
         self.apply_pending(v);
+        let ip = ip.wrapping_add(v.pc_delta);
         match op {
             SystemOp::Cpuid => {
                 let leaf = v.regs.get("rax").unwrap_or(0) as u32;
