@@ -32,10 +32,9 @@ test-corpus: all qemu
 	@bash tests/options.sh
 	@bash tests/run-guest.sh
 
-test: test-unit test-corpus
+test: test-unit test-corpus test-linux
 
-# Linux guest with perf (issue 4, not yet part of `make test`: the perf record -a check still
-# shows decode errors attributed to the perf process). ~5 minutes under TCG.
+# A stock Debian Linux guest running perf with the emulated Intel PT (~5 minutes under TCG).
 test-linux: all qemu
 	@bash tests/linux/perf_pt.sh
 
