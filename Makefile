@@ -5,7 +5,7 @@ RELEASE := target/release
 PLUGIN := $(RELEASE)/libpttrace.so
 TOOL := $(RELEASE)/pttrace
 
-.PHONY: all deps qemu print-qemu demo test test-unit test-corpus test-linux clean
+.PHONY: all deps qemu print-qemu demo test test-unit test-corpus test-linux bench clean
 
 all: deps
 	$(CARGO) build --release -p pttrace-plugin -p pttrace
@@ -37,6 +37,10 @@ test: test-unit test-corpus test-linux
 # A stock Debian Linux guest running perf with the emulated Intel PT (~5 minutes under TCG).
 test-linux: all qemu
 	@bash tests/linux/perf_pt.sh
+
+# Cost against the same QEMU without a plugin (prints ratios; not a test).
+bench: all qemu
+	@bash scripts/bench.sh
 
 clean:
 	$(CARGO) clean

@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config ninja-build libglib2.0-dev libpixman-1-dev libslirp-dev libfdt-dev
       device-tree-compiler flex bison python3-venv dpkg-dev cmake libclang-dev clang
-      seabios qemu-system-data xxd)
+      seabios qemu-system-data xxd time)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

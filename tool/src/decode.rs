@@ -67,6 +67,8 @@ impl DecodeError {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct StreamStats {
     pub instructions: u64,
+    /// Decoded changes of flow (branches, calls, returns, far transfers).
+    pub branches: u64,
     pub errors: u64,
     /// Number of (re)synchronizations at a PSB.
     pub syncs: u64,
@@ -155,6 +157,7 @@ where
         let next = dec.next_insn();
         if let Some(ip) = next.ip {
             ctx.stats.instructions += 1;
+            ctx.stats.branches += u64::from(next.branch);
             on_ip(ip)?;
         }
         guard_count += 1;
@@ -398,8 +401,9 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             String::new()
         };
         eprintln!(
-            "pttrace: thread {n}: {} instructions, {} errors{ovf}, {} bytes of trace",
+            "pttrace: thread {n}: {} instructions, {} branches, {} errors{ovf}, {} bytes of trace",
             stats.instructions,
+            stats.branches,
             stats.errors,
             trace.len()
         );

@@ -75,6 +75,8 @@ pub struct Next {
     /// IP of the instruction libipt decoded, present whenever
     /// `iclass != ptic_error` — also when `result` is an error (ptxed rule).
     pub ip: Option<u64>,
+    /// The instruction is a change of flow (any `pt_insn_class` other than `ptic_other`).
+    pub branch: bool,
     pub result: Result<Status, PtError>,
 }
 
@@ -183,8 +185,10 @@ impl<'t> RawInsnDecoder<'t> {
             sys::pt_insn_next(self.dec.as_ptr(), &mut insn, mem::size_of::<sys::pt_insn>())
         };
         let ip = (insn.iclass != sys::pt_insn_class_ptic_error).then_some(insn.ip);
+        let branch = ip.is_some() && insn.iclass != sys::pt_insn_class_ptic_other;
         Next {
             ip,
+            branch,
             result: status(r),
         }
     }

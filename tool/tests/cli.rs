@@ -54,12 +54,12 @@ fn decode_prints_every_thread() {
     );
     assert_eq!(stdout(&o), want);
     assert!(
-        stderr(&o).contains("thread 1: 13 instructions, 0 errors"),
+        stderr(&o).contains("thread 1: 13 instructions, 7 branches, 0 errors"),
         "{}",
         stderr(&o)
     );
     assert!(
-        stderr(&o).contains("thread 2: 13 instructions, 0 errors"),
+        stderr(&o).contains("thread 2: 13 instructions, 7 branches, 0 errors"),
         "{}",
         stderr(&o)
     );
@@ -75,7 +75,7 @@ fn decode_single_thread_and_summary() {
     let o = run_dir(&["decode", "--summary"], &dir);
     assert_eq!(code(&o), 0);
     assert_eq!(stdout(&o), "");
-    assert!(stderr(&o).contains("thread 2: 13 instructions, 0 errors"));
+    assert!(stderr(&o).contains("thread 2: 13 instructions, 7 branches, 0 errors"));
 
     let o = run_dir(&["decode", "--thread", "7"], &dir);
     assert_eq!(code(&o), 2);
@@ -178,7 +178,7 @@ fn garbage_stream_fails_decode_and_compare() {
         err.contains("pttrace: thread 3: decode error at offset 0x1c: unknown opcode"),
         "{err}"
     );
-    assert!(err.contains("thread 2: 0 instructions, 1 errors"), "{err}");
+    assert!(err.contains("thread 2: 0 instructions, 0 branches, 1 errors"), "{err}");
     // Thread 1 is still decoded completely.
     assert!(stdout(&o).starts_with(&format!(
         "thread 1\n{}thread 2\nthread 3\n",
