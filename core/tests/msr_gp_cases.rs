@@ -43,27 +43,7 @@ fn addr_cfg(n: u32, v: u64) -> u64 {
 
 /// A profile with nothing beyond what every PT part has: ToPA only, no filtering, no timing.
 fn bare() -> PtCaps {
-    PtCaps {
-        cr3_filter: false,
-        psb_cyc: false,
-        ip_filter: false,
-        mtc: false,
-        ptwrite: false,
-        power_events: false,
-        psb_pmi_preserve: false,
-        event_trace: false,
-        dis_tnt: false,
-        topa: true,
-        topa_multi: false,
-        single_range: false,
-        trace_transport: false,
-        lip: false,
-        num_addr_ranges: 0,
-        mtc_period_bitmap: 0,
-        cyc_thresh_bitmap: 0,
-        psb_freq_bitmap: 0,
-        max_phys_addr: 39,
-    }
+    PtCaps::MINIMAL
 }
 
 /// Every capability a current part can enumerate, 4 ranges.

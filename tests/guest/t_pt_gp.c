@@ -67,15 +67,7 @@ static void expect_gp_regs(const char *what, uint64_t rcx, uint64_t rax, uint64_
         old = rdmsr(msr);
     printf("  #GP   %-44s WRMSR %x <- %08lx:%08lx\n", what, msr, rdx & 0xFFFFFFFF,
            rax & 0xFFFFFFFF);
-    uint64_t n = gp_count;
-    ASSERT(raw_wrmsr(rcx, rax, rdx));
-    ASSERT_EQ(gp_count, n + 1);
-    ASSERT_EQ(gp_vector, 13);
-    ASSERT_EQ(gp_error, 0);
-    ASSERT_EQ(gp_rip, (uint64_t)gp_wrmsr_insn);
-    ASSERT_EQ(gp_rcx, rcx);
-    ASSERT_EQ(gp_rdx, rdx);
-    ASSERT_EQ(gp_rax, rax);
+    expect_gp_frame(rcx, rax, rdx);
     if (stable)
         ASSERT_EQ(rdmsr(msr), old);
 }

@@ -57,15 +57,7 @@ static void expect_gp(const char *what, uint32_t msr, uint64_t value)
                    msr == MSR_IA32_RTIT_OUTPUT_BASE || msr == MSR_IA32_RTIT_OUTPUT_MASK_PTRS;
     uint64_t old = readable ? rdmsr(msr) : 0;
     printf("  #GP   %-48s WRMSR %x <- %016lx\n", what, msr, value);
-    uint64_t n = gp_count;
-    ASSERT(raw_wrmsr(rcx, rax, rdx));
-    ASSERT_EQ(gp_count, n + 1);
-    ASSERT_EQ(gp_vector, 13);
-    ASSERT_EQ(gp_error, 0);
-    ASSERT_EQ(gp_rip, (uint64_t)gp_wrmsr_insn);
-    ASSERT_EQ(gp_rcx, rcx);
-    ASSERT_EQ(gp_rdx, rdx);
-    ASSERT_EQ(gp_rax, rax);
+    expect_gp_frame(rcx, rax, rdx);
     if (readable)
         ASSERT_EQ(rdmsr(msr), old);
 }

@@ -186,6 +186,16 @@ impl Tracer {
         self.tsc = tsc;
     }
 
+    /// TSC[55:0], then (with MTC) TMA: CTC[15:0] at that TSC and the fast counter, the TSC ticks
+    /// since that ART tick (decoders take CTC time = TSC - FC, e.g. perf's intel_pt_calc_tma).
+    fn tsc_packets(&mut self, with_tma: bool) {
+        self.emit_raw(Packet::Tsc { tsc: self.tsc & ((1 << 56) - 1) });
+        if with_tma {
+            let fc = (self.tsc % ART_RATIO) as u16;
+            self.emit_raw(Packet::Tma { ctc: self.art() as u16, fast_counter: fc });
+        }
+    }
+
     /// The Always Running Timer: TSC / ART_RATIO.
     fn art(&self) -> u64 {
         self.tsc / ART_RATIO
@@ -208,9 +218,7 @@ impl Tracer {
                         // reports time at events. Past half the 8-bit MTC range a decoder could
                         // no longer count the periods, so the time goes out as TSC + TMA (the
                         // pair hardware sends at enable) instead of a burst of MTCs.
-                        self.emit_raw(Packet::Tsc { tsc: self.tsc & ((1 << 56) - 1) });
-                        let fc = (self.tsc % ART_RATIO) as u16;
-                        self.emit_raw(Packet::Tma { ctc: self.art() as u16, fast_counter: fc });
+                        self.tsc_packets(true);
                     }
                 }
             }
@@ -328,14 +336,7 @@ impl Tracer {
         self.ret.clear();
         self.mode_sent = None;
         if self.cfg.ctl.tsc_en() {
-            self.emit_raw(Packet::Tsc { tsc: self.tsc & ((1 << 56) - 1) });
-            if self.cfg.ctl.mtc_en() {
-                // TMA: CTC[15:0] at the TSC, and the fast counter (0: ART ticks with the TSC).
-                // TMA: CTC[15:0] at the TSC, and the fast counter: the TSC ticks since that ART
-                // tick (decoders take CTC time = TSC - FC, e.g. perf's intel_pt_calc_tma).
-                let fc = (self.tsc % ART_RATIO) as u16;
-                self.emit_raw(Packet::Tma { ctc: self.art() as u16, fast_counter: fc });
-            }
+            self.tsc_packets(self.cfg.ctl.mtc_en());
         }
         self.last_mtc_ctc = Some(self.art() >> self.cfg.ctl.mtc_freq());
         self.last_cyc_tsc = self.tsc;

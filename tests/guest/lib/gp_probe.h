@@ -33,4 +33,18 @@ __attribute__((noinline)) static int raw_wrmsr(uint64_t rcx, uint64_t rax, uint6
     return gp_count != before;
 }
 
+/* The WRMSR with these RCX/RAX/RDX raised exactly one #GP(0) at gp_wrmsr_insn, and the handler saw
+ * the registers the test loaded (the plugin steers a faulting WRMSR and must restore them). */
+static void expect_gp_frame(uint64_t rcx, uint64_t rax, uint64_t rdx)
+{
+    uint64_t n = gp_count;
+    ASSERT(raw_wrmsr(rcx, rax, rdx));
+    ASSERT_EQ(gp_count, n + 1);
+    ASSERT_EQ(gp_vector, 13);
+    ASSERT_EQ(gp_error, 0);
+    ASSERT_EQ(gp_rip, (uint64_t)gp_wrmsr_insn);
+    ASSERT_EQ(gp_rcx, rcx);
+    ASSERT_EQ(gp_rdx, rdx);
+    ASSERT_EQ(gp_rax, rax);
+}
 #endif
