@@ -94,3 +94,21 @@ mod tests {
         assert_eq!(m.writes, vec![(0x1ff8, 8)]);
     }
 }
+
+/// Guest linear (virtual) memory of the current vCPU, as the Debug Store sees it (IA32_DS_AREA
+/// and the BTS buffer fields are linear addresses). Accesses are all-or-error: a page that is not
+/// mapped (or not RAM) fails the whole access.
+pub trait LinearMemory {
+    fn read_linear(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
+    fn write_linear(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError>;
+}
+
+/// Tests: linear addresses map 1:1 onto the sparse RAM.
+impl LinearMemory for SparseMemory {
+    fn read_linear(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        self.read_phys(addr, buf)
+    }
+    fn write_linear(&mut self, addr: u64, data: &[u8]) -> Result<(), MemError> {
+        self.write_phys(addr, data)
+    }
+}

@@ -8,3 +8,4 @@ pub mod user_flow;
 pub mod options;
 pub mod system_flow;
 pub mod pmu;
+pub mod bts;

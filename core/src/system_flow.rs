@@ -12,8 +12,42 @@
 //!   from an interrupt taken after the block completed (its last instruction retired first,
 //!   then FUP at the next instruction), SDM Table 33-23.
 
-use crate::insn_class::{BranchKind, ClassifiedInsn};
+use crate::insn_class::{BranchKind, ClassifiedInsn, FarKind};
+use crate::pt::packet::ExecMode;
 use crate::pt::tracer::{AsyncKind, Context, Tracer};
+
+/// Where retirement events go: the Intel PT tracer, and in the plugin also the Branch Trace
+/// Store (and the RTIT tracer), each deciding what its hardware records for the event.
+pub trait RetireSink {
+    /// The execution mode after the last retired instruction (picks the block classification).
+    fn mode(&self) -> ExecMode;
+    /// The COFI (or plain instruction, `kind` None) at `ip` retired; execution continues at `next`.
+    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64);
+    /// The far transfer at `ip` retired into context `to` at `next`.
+    fn far_transfer(&mut self, ip: u64, kind: FarKind, next: u64, to: Context);
+    /// A MOV to CR3 retired; execution continues at `next` (its NLIP).
+    fn mov_cr3(&mut self, next: u64, cr3: u64);
+    /// An interrupt, exception or INT n was delivered to `handler` in context `to`.
+    fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context);
+}
+
+impl RetireSink for Tracer {
+    fn mode(&self) -> ExecMode {
+        self.context().mode
+    }
+    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
+        Tracer::branch(self, ip, nlip, kind, next)
+    }
+    fn far_transfer(&mut self, _ip: u64, kind: FarKind, next: u64, to: Context) {
+        Tracer::far_transfer(self, kind, next, to)
+    }
+    fn mov_cr3(&mut self, next: u64, cr3: u64) {
+        Tracer::mov_cr3(self, next, cr3)
+    }
+    fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
+        Tracer::async_event(self, why, handler, to)
+    }
+}
 
 /// The guest state the sequencer reads lazily (only at far transfers, CR3 writes and events).
 pub trait CpuView {
@@ -111,7 +145,7 @@ impl SystemFlow {
     #[allow(clippy::too_many_arguments)]
     pub fn block(
         &mut self,
-        tracer: &mut Tracer,
+        tracer: &mut impl RetireSink,
         pc: u64,
         by_mode: &[std::sync::Arc<SysBlock>; 3],
         delta: u64,
@@ -126,16 +160,16 @@ impl SystemFlow {
                 self.stats.cut_short += 1;
             }
         }
-        let index = match tracer.context().mode {
-            crate::pt::packet::ExecMode::Bit16 => 0,
-            crate::pt::packet::ExecMode::Bit32 => 1,
-            crate::pt::packet::ExecMode::Bit64 => 2,
+        let index = match tracer.mode() {
+            ExecMode::Bit16 => 0,
+            ExecMode::Bit32 => 1,
+            ExecMode::Bit64 => 2,
         };
         self.pos = Position::After(Executed { block: by_mode[index].clone(), delta });
     }
 
     /// The last instruction of `prev` retired and execution continues at `next`.
-    fn retire_last(&mut self, tracer: &mut Tracer, prev: &Executed, next: u64, cpu: &mut impl CpuView) {
+    fn retire_last(&mut self, tracer: &mut impl RetireSink, prev: &Executed, next: u64, cpu: &mut impl CpuView) {
         let last = prev.last();
         if last.rep_string && next == last.ip {
             return; // the REP string instruction continues
@@ -144,7 +178,7 @@ impl SystemFlow {
             BranchKind::Far(kind) => {
                 self.stats.far_transfers += 1;
                 let ctx = cpu.context();
-                tracer.far_transfer(kind, next, ctx);
+                tracer.far_transfer(last.ip, kind, next, ctx);
             }
             _ if prev.block.writes_cr3 => {
                 let ctx = cpu.context();
@@ -176,7 +210,7 @@ impl SystemFlow {
 
     /// An interrupt or exception was delivered: attributed to `from`, handler at `to`;
     /// `last_started` as for `block`.
-    pub fn delivered(&mut self, tracer: &mut Tracer, from: u64, to: u64, last_started: u64, cpu: &mut impl CpuView) {
+    pub fn delivered(&mut self, tracer: &mut impl RetireSink, from: u64, to: u64, last_started: u64, cpu: &mut impl CpuView) {
         let exception = std::mem::take(&mut self.exception_announced);
         let kind = match std::mem::replace(&mut self.pos, Position::Delivered) {
             Position::After(prev) if exception && prev.contains_insn(from) => {

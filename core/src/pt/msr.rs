@@ -414,7 +414,7 @@ fn check_ctl(old: RtitCtl, new: RtitCtl, caps: &PtCaps) -> Result<(), Fault> {
 /// 48-bit canonical: bits 63:47 all equal. The model has no 5-level paging; KVM checks against
 /// the vCPU's virtual-address width (57 bits with LA57), the SDM only says "properly
 /// sign-extended".
-fn is_canonical_48(v: u64) -> bool {
+pub fn is_canonical_48(v: u64) -> bool {
     (((v << 16) as i64) >> 16) as u64 == v
 }
 

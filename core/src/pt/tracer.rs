@@ -71,7 +71,8 @@ pub enum AsyncKind {
 }
 
 impl AsyncKind {
-    fn fup_ip(self) -> u64 {
+    /// The IP the event is attributed to: the FUP IP (SDM Table 33-23), also the BTS "from".
+    pub fn fup_ip(self) -> u64 {
         match self {
             AsyncKind::Interrupt { resume_ip } => resume_ip,
             AsyncKind::Fault { ip } | AsyncKind::SoftwareInterrupt { ip } => ip,
