@@ -18,7 +18,7 @@ mkdir -p "$bin" "$out"
 bash "$top/tests/guest/build.sh" "$bin" >/dev/null || { echo "FAIL: guest build"; exit 1; }
 plugin=$top/target/release/libpttrace.so
 tool=$top/target/release/pttrace
-fail=0 n=0 compared=0
+fail=0 n=0 compared=0 bts_compared=0
 for elf in "$bin"/t_*.elf; do
   name=$(basename "$elf" .elf)
   [ -n "${GUESTS:-}" ] && ! grep -qw "$name" <<<"$GUESTS" && continue
@@ -34,6 +34,10 @@ for elf in "$bin"/t_*.elf; do
   # ... and for QEMU options (e.g. -smp 2) with `// qemu-options: ...`.
   qemu_extra=$(sed -n 's|^// qemu-options: *||p' "$top/tests/guest/$name.c" 2>/dev/null | head -1)
   [ -n "$on" ] && opts="$opts,truth=1"
+  # BTS tests mark every WRMSR that turns BTS on/off with bts_enable_wrmsr* / bts_disable_wrmsr*.
+  bts_on=$(nm "${elf%.elf}.elf64" 2>/dev/null | awk '$3 ~ /^bts_enable_wrmsr/ { sub(/^0+/, "", $1); print $1 }' | paste -sd, -)
+  bts_off=$(nm "${elf%.elf}.elf64" 2>/dev/null | awk '$3 ~ /^bts_disable_wrmsr/ { sub(/^0+/, "", $1); print $1 }' | paste -sd, -)
+  [ -n "$bts_on" ] && [ -z "$on" ] && opts="$opts,truth=1"
   # shellcheck disable=SC2086
   if ! bash "$top/tests/guest/run.sh" "$elf" $qemu_extra -plugin "$plugin,$opts" >"$dir.log" 2>&1; then
     echo "FAIL $name:"; grep -v '^PTDUMP' "$dir.log" | tail -20; fail=1; continue
@@ -71,6 +75,45 @@ for elf in "$bin"/t_*.elf; do
     fi
     mem_note="$(stat -c %s "$dir/guest-memory.pt") trace bytes in guest memory = host copy"
   fi
+  if [ -n "$bts_on" ]; then
+    # BTS records in guest memory (as the guest printed them) against the ground truth: the
+    # taken transfers of the plugin's per-instruction log while BTS was on (pttrace bts-expect).
+    # `// bts-expect: ARGS` in the test's source adds filter arguments (--user-from, --off-os).
+    bts_args=$(sed -n 's|^// bts-expect: *||p' "$top/tests/guest/$name.c" | head -1)
+    # shellcheck disable=SC2086
+    if ! "$tool" bts-expect "$dir/thread-1.truth" "$dir/code.img" --on "$bts_on" --off "$bts_off" $bts_args \
+        >"$dir/bts-expected.txt" 2>"$dir/bts-expect.err"; then
+      echo "FAIL $name: bts-expect: $(head -1 "$dir/bts-expect.err")"; fail=1; continue
+    fi
+    nexp=$(wc -l <"$dir/bts-expected.txt")
+    tr -d '\r' <"$dir.log" >"$dir/console.txt"
+    if grep -q '^BTSRING ' "$dir/console.txt"; then
+      # Circular buffer: slot k mod SLOTS holds the k-th record; the index is at n mod SLOTS.
+      slots=$(sed -n 's/^BTSRING slots=\([0-9]*\).*/\1/p' "$dir/console.txt")
+      index=$(sed -n 's/^BTSRING .*index=\([0-9]*\).*/\1/p' "$dir/console.txt")
+      awk -v s="$slots" '{ slot[(NR - 1) % s] = $0 } END { for (i = 0; i < s; i++) print i, slot[i] }' \
+        "$dir/bts-expected.txt" >"$dir/bts-expected-slots.txt"
+      awk '$1 == "BTSSLOT" { print $2, $3, $4 }' "$dir/console.txt" >"$dir/bts-guest-slots.txt"
+      if [ "$index" != "$((nexp % slots))" ] || ! cmp -s "$dir/bts-guest-slots.txt" "$dir/bts-expected-slots.txt"; then
+        echo "FAIL $name: BTS ring differs from the ground truth ($nexp records expected, index $index):"
+        diff "$dir/bts-guest-slots.txt" "$dir/bts-expected-slots.txt" | head -6; fail=1; continue
+      fi
+      bts_note="BTS ring of $slots records = last of $nexp taken branches of the ground truth, index $index"
+    else
+      awk '$1 == "BTSLOG" { print $3, $4 }' "$dir/console.txt" >"$dir/bts-guest.txt"
+      first=$(sed -n 's/^BTSFIRST \([0-9]*\).*/\1/p' "$dir/console.txt")
+      if [ -n "$first" ]; then head -n "$first" "$dir/bts-expected.txt" >"$dir/bts-expected-cmp.txt"
+      else cp "$dir/bts-expected.txt" "$dir/bts-expected-cmp.txt"; fi
+      if [ ! -s "$dir/bts-guest.txt" ] || ! cmp -s "$dir/bts-guest.txt" "$dir/bts-expected-cmp.txt"; then
+        echo "FAIL $name: BTS records differ from the ground truth ($(wc -l <"$dir/bts-guest.txt") in memory, $(wc -l <"$dir/bts-expected-cmp.txt") expected):"
+        diff "$dir/bts-guest.txt" "$dir/bts-expected-cmp.txt" | head -6; fail=1; continue
+      fi
+      bts_note="$(wc -l <"$dir/bts-guest.txt") BTS records in memory = ground truth${first:+ (first $first of $nexp: buffer full)}"
+    fi
+    bts_compared=$((bts_compared + $( [ -f "$dir/bts-expected-cmp.txt" ] && wc -l <"$dir/bts-expected-cmp.txt" || echo "$slots")))
+    echo "ok   $name: PASS in the guest; $bts_note"
+    continue
+  fi
   if [ -z "$on" ]; then
     echo "ok   $name: PASS in the guest${mem_note:+; $mem_note}"
     continue
@@ -82,6 +125,7 @@ for elf in "$bin"/t_*.elf; do
   for truth in "$dir"/thread-*.truth; do
     t=$(basename "$truth" .truth); t=${t#thread-}
     awk -v on="$on_hex" -v off="$off_hex" '
+      /^#/ { next }
       $1 == off { inside = 0 }
       inside { print }
       $1 == on { inside = 1 }' "$truth" >"$dir/expected-$t.txt"
@@ -101,5 +145,5 @@ for elf in "$bin"/t_*.elf; do
   fi
   echo "ok   $name: PASS in the guest${mem_note:+; $mem_note}; instructions decoded = ground truth: $counts"
 done
-echo "guest tests: $n run, $compared instructions compared, result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+echo "guest tests: $n run, $compared instructions and $bts_compared BTS records compared with the ground truth, result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail

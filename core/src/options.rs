@@ -197,17 +197,30 @@ pub struct SystemOptions {
     /// guest memory), code.img, and with `truth` the executed instructions to DIR/thread-N.truth.
     pub out: Option<PathBuf>,
     pub truth: bool,
+    /// Branch Trace Store: CPUID.1 DS/DS-CPL, IA32_DEBUGCTL, IA32_DS_AREA, IA32_MISC_ENABLE[11].
+    pub bts: bool,
+    /// CPUID.1:ECX[2] DTES64: the 64-bit DS save area format in every mode.
+    pub dtes64: bool,
     pub raw: Vec<String>,
 }
 
 pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
   profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default), minimal
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
-  truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth";
+  truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth
+  bts=0|1           Branch Trace Store and the Debug Store (CPUID.1 DS, IA32_DEBUGCTL, IA32_DS_AREA; default 1)
+  dtes64=0|1        CPUID.1:ECX[2] DTES64: 64-bit DS save area format in all modes (default 1)";
 
 impl SystemOptions {
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<SystemOptions, OptionError> {
-        let mut o = SystemOptions { caps: crate::pt::caps::PtCaps::SKYLAKE, out: None, truth: false, raw: Vec::new() };
+        let mut o = SystemOptions {
+            caps: crate::pt::caps::PtCaps::SKYLAKE,
+            out: None,
+            truth: false,
+            bts: true,
+            dtes64: true,
+            raw: Vec::new(),
+        };
         for arg in args {
             o.raw.push(arg.to_string());
             let Some((key, v)) = arg.split_once('=') else {
@@ -229,6 +242,8 @@ impl SystemOptions {
                     o.out = Some(PathBuf::from(v));
                 }
                 "truth" => o.truth = parse_bool(key, v)?,
+                "bts" => o.bts = parse_bool(key, v)?,
+                "dtes64" => o.dtes64 = parse_bool(key, v)?,
                 _ => return err(format!("unknown option '{key}'\n{SYSTEM_USAGE}")),
             }
         }

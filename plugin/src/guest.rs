@@ -92,3 +92,28 @@ impl pttrace_core::guest_mem::GuestMemory for PhysMem {
         }
     }
 }
+
+/// Guest linear memory of the current vCPU (its page tables), through QEMU's vaddr accessors.
+/// Valid only inside vCPU callbacks. An unmapped page fails the access (no guest #PF).
+pub struct LinearMem;
+
+impl pttrace_core::guest_mem::LinearMemory for LinearMem {
+    fn read_linear(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), pttrace_core::guest_mem::MemError> {
+        if read_vaddr(addr, buf) {
+            Ok(())
+        } else {
+            Err(pttrace_core::guest_mem::MemError::NotRam { addr })
+        }
+    }
+
+    fn write_linear(&mut self, addr: u64, data: &[u8]) -> Result<(), pttrace_core::guest_mem::MemError> {
+        use qemu_plugin::sys::qemu_plugin_write_memory_vaddr;
+        let mut array = GByteArray { data: data.as_ptr() as *mut u8, len: data.len() as u32 };
+        // SAFETY: `array` points at `data`, which outlives the call; QEMU only reads it.
+        if unsafe { qemu_plugin_write_memory_vaddr(addr, &mut array) } {
+            Ok(())
+        } else {
+            Err(pttrace_core::guest_mem::MemError::NotRam { addr })
+        }
+    }
+}

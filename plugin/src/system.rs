@@ -14,20 +14,21 @@
 //!   from vCPU context; with `out=DIR` they are also copied to DIR/thread-N.pt for vCPU N-1
 //!   (the layout `pttrace decode` reads).
 
-use crate::guest::{self, PhysMem};
+use crate::guest::{self, LinearMem, PhysMem};
 use crate::output::{FileKey, Output};
 use crate::regs::Regs;
 use crate::{fail, guarded};
 use parking_lot::Mutex;
+use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUGCTL, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
-use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, SystemOp};
+use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, FarKind, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::pmu::{self, ArchPmu};
 use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
-use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
-use pttrace_core::system_flow::{CpuView, SysBlock, SystemFlow};
+use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
+use pttrace_core::system_flow::{CpuView, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
 use std::fmt::Write as _;
@@ -43,8 +44,48 @@ const APIC_ICR_LOW: u64 = 0xFEE0_0300;
 
 /// MSRs the plugin answers: every IA32_RTIT_* index (those the profile lacks #GP on WRMSR) and
 /// IA32_PERF_GLOBAL_STATUS/RESET/SET for the ToPA PMI bit.
-fn owned_msr(index: u32, caps: &pttrace_core::pt::caps::PtCaps) -> bool {
-    RtitMsrs::owns(index, caps) || pttrace_core::pt::msr::is_rtit_index(index) || ArchPmu::owns(index)
+fn owned_msr(index: u32, opts: &SystemOptions) -> bool {
+    RtitMsrs::owns(index, &opts.caps)
+        || pttrace_core::pt::msr::is_rtit_index(index)
+        || ArchPmu::owns(index)
+        || (opts.bts && BranchTraceStore::owns(index))
+}
+
+/// Retirement events fanned out to the Intel PT tracer and the Branch Trace Store. BTS records
+/// are written into guest linear memory right here, in vCPU context.
+struct Retire<'a> {
+    pt: &'a mut Tracer,
+    bts: &'a mut BranchTraceStore,
+    /// A BTS record reached the interrupt threshold: raise the DS interrupt after the event.
+    bts_pmi: bool,
+}
+
+impl RetireSink for Retire<'_> {
+    fn mode(&self) -> ExecMode {
+        self.pt.context().mode
+    }
+    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
+        self.pt.branch(ip, nlip, kind, next);
+        if self.bts.active() {
+            let ctx = self.pt.context();
+            self.bts_pmi |= self.bts.on_branch(&mut LinearMem, ip, nlip, kind, next, ctx).pmi;
+        }
+    }
+    fn far_transfer(&mut self, ip: u64, kind: FarKind, next: u64, to: Context) {
+        self.pt.far_transfer(kind, next, to);
+        if self.bts.active() {
+            self.bts_pmi |= self.bts.on_far_transfer(&mut LinearMem, ip, kind, next, to).pmi;
+        }
+    }
+    fn mov_cr3(&mut self, next: u64, cr3: u64) {
+        self.pt.mov_cr3(next, cr3);
+    }
+    fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
+        self.pt.async_event(why, handler, to);
+        if self.bts.active() {
+            self.bts_pmi |= self.bts.on_async(&mut LinearMem, why, handler, to).pmi;
+        }
+    }
 }
 
 struct BlockInfo {
@@ -66,6 +107,8 @@ struct Pending {
     cpuid: Option<(u32, u32)>,
     /// RDMSR index whose EDX:EAX must be replaced.
     rdmsr: Option<u32>,
+    /// RDMSR of IA32_MISC_ENABLE: QEMU's value gets the BTS/PEBS-unavailable bits.
+    misc_enable: bool,
     /// Guest RCX/RDX to restore after a steered (faulting) WRMSR.
     gp_restore: Option<(u64, u64)>,
     /// RDPMC about to execute (address, length): QEMU's TCG raises #UD for it.
@@ -82,6 +125,8 @@ struct Vcpu {
     /// Architectural PMU MSRs (storage only), so the guest's core PMU driver initialises.
     pmu: ArchPmu,
     output: OutputUnit,
+    /// Branch Trace Store (IA32_DEBUGCTL, IA32_DS_AREA).
+    bts: BranchTraceStore,
     /// The output unit accepted the current TraceEn=1 configuration.
     output_active: bool,
     regs: Regs,
@@ -212,6 +257,7 @@ impl Shared {
             msrs: RtitMsrs::default(),
             pmu: ArchPmu::default(),
             output: OutputUnit::new(caps),
+            bts: BranchTraceStore::new(self.opts.dtes64),
             output_active: false,
             regs,
             gdt_base: None,
@@ -334,7 +380,7 @@ impl Shared {
         // library in two processes). RIP is exact at block entry in that mode. Reading it costs,
         // so it is read only while tracing; with TraceEn = 0 no packet depends on the address
         // (a block with a WRMSR, which may enable tracing, reads it too).
-        let pc = if v.tracer.trace_en() || v.truth.is_some() || info.has_wrmsr {
+        let pc = if v.tracer.trace_en() || v.bts.active() || v.truth.is_some() || info.has_wrmsr {
             v.regs.get("rip").unwrap_or(info.pc)
         } else {
             info.pc
@@ -342,7 +388,11 @@ impl Shared {
         v.pc_delta = pc.wrapping_sub(info.pc);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
         let last_started = self.last_started.take(v.index);
-        v.flow.block(&mut v.tracer, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
+        let mut sink = Retire { pt: &mut v.tracer, bts: &mut v.bts, bts_pmi: false };
+        v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
+        if sink.bts_pmi {
+            Self::deliver_pmi();
+        }
         self.drain(v);
         if let (Some(out), Some(t)) = (&self.out, v.truth.as_mut()) {
             if t.len() >= 256 * 1024 {
@@ -416,6 +466,12 @@ impl Shared {
     /// local APIC's performance-counter LVT, as a performance-monitoring overflow would.
     fn raise_topa_pmi(&self, v: &mut Vcpu) {
         v.msrs.set_topa_pmi();
+        Self::deliver_pmi();
+    }
+
+    /// A PMI through the local APIC's LVT performance-counter entry (SDM §20.6.3): the DS
+    /// interrupt of the BTS and the ToPA PMI both arrive this way. A masked LVTPC drops it.
+    fn deliver_pmi() {
         let mut mem = PhysMem;
         let mut lvt = [0u8; 4];
         if mem.read_phys(APIC_LVTPC, &mut lvt).is_err() {
@@ -423,7 +479,7 @@ impl Shared {
         }
         let lvt = u32::from_le_bytes(lvt);
         if lvt & (1 << 16) != 0 {
-            return; // masked: the PMI stays pending in GLOBAL_STATUS
+            return; // masked: no interrupt (a ToPA PMI stays visible in GLOBAL_STATUS)
         }
         let icr = match (lvt >> 8) & 7 {
             0b100 => 0x0004_4400,                  // NMI, assert, self
@@ -448,11 +504,20 @@ impl Shared {
                 self.tsc_offset.store(offset, Ordering::Relaxed);
             }
         }
+        if std::mem::take(&mut v.pending.misc_enable) {
+            let native = (v.regs.get("rdx").unwrap_or(0) << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
+            let value = misc_enable_read(native, true);
+            v.regs.set("rax", value & 0xFFFF_FFFF);
+            v.regs.set("rdx", value >> 32);
+        }
         if let Some(index) = v.pending.rdmsr.take() {
             self.sync_status(v);
-            let value = match v.pmu.read(index) {
-                Some(value) => Ok(value),
-                None => v.msrs.read(index, &self.opts.caps),
+            let value = if let Some(value) = v.pmu.read(index) {
+                Ok(value)
+            } else if let Some(value) = v.bts.read_msr(index).filter(|_| self.opts.bts) {
+                Ok(value)
+            } else {
+                v.msrs.read(index, &self.opts.caps)
             };
             if let Ok(value) = value {
                 v.regs.set("rax", value & 0xFFFF_FFFF);
@@ -480,6 +545,15 @@ impl Shared {
                 for r in ["rax", "rbx", "rcx", "rdx"] {
                     v.regs.set(r, 0);
                 }
+            }
+            1 if self.opts.bts => {
+                // CPUID.1:EDX[21] DS, ECX[2] DTES64, ECX[4] DS-CPL (SDM Vol. 2A Table 3-10/3-11):
+                // the Debug Store with BTS and CPL-qualified BTS (BTS_OFF_OS/BTS_OFF_USR).
+                let edx = v.regs.get("rdx").unwrap_or(0) as u32;
+                v.regs.set("rdx", u64::from(edx | (1 << 21)));
+                let ecx = v.regs.get("rcx").unwrap_or(0) as u32;
+                let ecx = (ecx | (1 << 4)) & !(1 << 2);
+                v.regs.set("rcx", u64::from(ecx | (u32::from(self.opts.dtes64) << 2)));
             }
             7 if subleaf == 0 => {
                 let ebx = v.regs.get("rbx").unwrap_or(0) as u32;
@@ -533,8 +607,10 @@ impl Shared {
             }
             SystemOp::Rdmsr => {
                 let index = v.regs.get("rcx").unwrap_or(0) as u32;
-                if owned_msr(index, &self.opts.caps) {
+                if owned_msr(index, &self.opts) {
                     v.pending.rdmsr = Some(index);
+                } else if index == IA32_MISC_ENABLE && self.opts.bts {
+                    v.pending.misc_enable = true;
                 }
             }
             SystemOp::Wrmsr => self.wrmsr(v, ip, ip + len),
@@ -549,7 +625,7 @@ impl Shared {
         self.update_tsc(v);
         let rcx = v.regs.get("rcx").unwrap_or(0);
         let index = rcx as u32;
-        if !owned_msr(index, &self.opts.caps) {
+        if !owned_msr(index, &self.opts) {
             return;
         }
         let rdx = v.regs.get("rdx").unwrap_or(0);
@@ -557,6 +633,17 @@ impl Shared {
         if ArchPmu::owns(index) {
             if v.pmu.write(index, value).is_err() {
                 Self::raise_gp(v, rcx, rdx);
+            }
+            return;
+        }
+        if BranchTraceStore::owns(index) {
+            let was_active = v.bts.active();
+            if v.bts.write_msr(index, value).is_err() {
+                Self::raise_gp(v, rcx, rdx);
+            } else if index == IA32_DEBUGCTL && v.bts.active() && !was_active && !v.tracer.trace_en() {
+                // The context BTS filters on (CPL of branch targets) is tracked by the PT
+                // tracer's retirement events; bring it up to date when recording starts.
+                v.tracer.set_context(current_context(&v.regs, v.gdt_base));
             }
             return;
         }
@@ -713,15 +800,35 @@ impl Shared {
                     }
                 }
             }
+            // Annotation for BTS ground truth: the event as QEMU delivered it (QEMU's `from` is
+            // the faulting instruction, the INT n, or the interrupted instruction that runs next).
+            if let Some(t) = v.truth.as_mut() {
+                let _ = writeln!(crate::user::HexLine(t), "#event {from:x} {to:x}");
+            }
             sh.update_tsc(v);
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
             let last_started = sh.last_started.take(vcpu);
-            v.flow.delivered(&mut v.tracer, from, to, last_started, &mut cpu);
+            let mut sink = Retire { pt: &mut v.tracer, bts: &mut v.bts, bts_pmi: false };
+            v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
+            if sink.bts_pmi {
+                Self::deliver_pmi();
+            }
             sh.drain(v);
         });
     }
 
     fn at_exit(&self) {
+        for slot in self.vcpus.iter() {
+            if let Some(v) = slot.lock().as_ref() {
+                let st = v.bts.stats();
+                if st.records + st.full + st.unwritable + st.filtered > 0 {
+                    eprintln!(
+                        "pttrace: vCPU {} BTS: {} records written, {} DS interrupts, {} filtered by CPL, {} not written (buffer full, BTINT=1), {} not written (DS area or buffer unmapped)",
+                        v.index, st.records, st.pmis, st.filtered, st.full, st.unwritable
+                    );
+                }
+            }
+        }
         let Some(out) = &self.out else { return };
         for slot in self.vcpus.iter() {
             let mut guard = slot.lock();

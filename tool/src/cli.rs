@@ -34,6 +34,12 @@ USAGE:
         first mismatch (default 3, 0 = none). Exit 1 on any decode error,
         mismatch or length difference.
 
+    pttrace bts-expect TRUTH CODE.IMG --on A[,A..] --off B[,B..] [--user-from U] [--off-os] [--off-usr]
+        Print the BTS records (\"from to\" in hex) a full-system run must have
+        written, from its per-instruction log (truth=1) and code image: every
+        taken transfer retired between an instruction at an --on address and
+        one at an --off address (addresses >= U count as CPL 3 for the filters).
+
     pttrace --help | -h | help
 
 EXIT STATUS:
@@ -200,7 +206,11 @@ fn dispatch(cmd: Command) -> Result<i32> {
 
 /// Run with the arguments after the program name; returns the exit status.
 pub fn run(args: Vec<OsString>) -> i32 {
-    let r = parse(args).and_then(dispatch);
+    let r = if args.first().and_then(|a| a.to_str()) == Some("bts-expect") {
+        crate::bts_expect::cmd_bts_expect(args[1..].to_vec())
+    } else {
+        parse(args).and_then(dispatch)
+    };
     match r {
         Ok(code) => code,
         Err(e @ ToolError::Usage(_)) => {

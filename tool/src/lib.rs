@@ -12,6 +12,7 @@
 //! - [`dump_core`]: `pttrace dump` (to be served by `pttrace_core::pt::dump`)
 //! - [`cli`]: argument parsing and dispatch
 
+pub mod bts_expect;
 pub mod cli;
 pub mod code_image;
 pub mod compare;
