@@ -4,6 +4,7 @@ mod macros;
 pub mod guest_mem;
 pub mod insn_class;
 pub mod pt;
+pub mod rtit;
 pub mod user_flow;
 pub mod options;
 pub mod system_flow;
