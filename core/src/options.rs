@@ -201,11 +201,15 @@ pub struct SystemOptions {
     pub bts: bool,
     /// CPUID.1:ECX[2] DTES64: the 64-bit DS save area format in every mode.
     pub dtes64: bool,
+    /// Atom RTIT instead of Intel PT (`profile=silvermont`): CPUID family/model 06_4DH, no PT
+    /// enumeration, the RTIT MSRs 760H-77DH (seed 002).
+    pub rtit: bool,
     pub raw: Vec<String>,
 }
 
 pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
-  profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default), minimal
+  profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default), minimal;
+                    silvermont: Atom RTIT (seed 002) instead of Intel PT, CPUID family/model 06_4DH
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
   truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth
   bts=0|1           Branch Trace Store and the Debug Store (CPUID.1 DS, IA32_DEBUGCTL, IA32_DS_AREA; default 1)
@@ -219,6 +223,7 @@ impl SystemOptions {
             truth: false,
             bts: true,
             dtes64: true,
+            rtit: false,
             raw: Vec::new(),
         };
         for arg in args {
@@ -227,10 +232,11 @@ impl SystemOptions {
                 return err(format!("option '{arg}' has no value (expected key=value)\n{SYSTEM_USAGE}"));
             };
             match key {
+                "profile" if v == "silvermont" => o.rtit = true,
                 "profile" => {
                     o.caps = crate::pt::caps::PtCaps::by_name(v).ok_or_else(|| {
                         OptionError(format!(
-                            "option 'profile': unknown profile '{v}' (accepted: {})",
+                            "option 'profile': unknown profile '{v}' (accepted: {}, silvermont)",
                             crate::pt::caps::PtCaps::PROFILE_NAMES.join(", ")
                         ))
                     })?;
@@ -303,7 +309,8 @@ mod tests {
         assert!(t.mtc_en() && t.cyc_en());
         assert_eq!((t.mtc_freq(), t.cyc_thresh()), (3, 2));
         let s = |a: &str| SystemOptions::parse([a]).unwrap_err().0;
-        assert!(s("profile=pentium").contains("accepted: skylake, minimal"));
+        assert!(s("profile=pentium").contains("accepted: skylake, minimal, silvermont"));
+        assert!(SystemOptions::parse(["profile=silvermont"]).unwrap().rtit);
         assert!(s("truth=1").contains("needs out=DIR"));
         assert!(s("branch=1").contains("unknown option 'branch'"));
         assert!(SystemOptions::parse(["profile=skylake", "out=/tmp/x", "truth=1"]).is_ok());

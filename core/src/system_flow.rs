@@ -23,12 +23,20 @@ pub trait RetireSink {
     fn mode(&self) -> ExecMode;
     /// The COFI (or plain instruction, `kind` None) at `ip` retired; execution continues at `next`.
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64);
-    /// The far transfer at `ip` retired into context `to` at `next`.
-    fn far_transfer(&mut self, ip: u64, kind: FarKind, next: u64, to: Context);
+    /// The far transfer at `ip` (next sequential instruction `nlip`) retired into context `to`
+    /// at `next`.
+    fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context);
     /// A MOV to CR3 retired; execution continues at `next` (its NLIP).
     fn mov_cr3(&mut self, next: u64, cr3: u64);
     /// An interrupt, exception or INT n was delivered to `handler` in context `to`.
     fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context);
+    /// INT n / INT3 / INTO at `ip` (next instruction `nlip`) delivered to `handler`: Intel PT
+    /// reports it like any event (FUP at the instruction); RTIT's FUP.FAR carries the NLIP
+    /// (seed 002 Table 1).
+    fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
+        let _ = nlip;
+        self.async_event(AsyncKind::SoftwareInterrupt { ip }, handler, to)
+    }
 }
 
 impl RetireSink for Tracer {
@@ -38,7 +46,7 @@ impl RetireSink for Tracer {
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
         Tracer::branch(self, ip, nlip, kind, next)
     }
-    fn far_transfer(&mut self, _ip: u64, kind: FarKind, next: u64, to: Context) {
+    fn far_transfer(&mut self, _ip: u64, _nlip: u64, kind: FarKind, next: u64, to: Context) {
         Tracer::far_transfer(self, kind, next, to)
     }
     fn mov_cr3(&mut self, next: u64, cr3: u64) {
@@ -178,7 +186,7 @@ impl SystemFlow {
             BranchKind::Far(kind) => {
                 self.stats.far_transfers += 1;
                 let ctx = cpu.context();
-                tracer.far_transfer(last.ip, kind, next, ctx);
+                tracer.far_transfer(last.ip, last.nlip(), kind, next, ctx);
             }
             _ if prev.block.writes_cr3 => {
                 let ctx = cpu.context();
@@ -212,10 +220,12 @@ impl SystemFlow {
     /// `last_started` as for `block`.
     pub fn delivered(&mut self, tracer: &mut impl RetireSink, from: u64, to: u64, last_started: u64, cpu: &mut impl CpuView) {
         let exception = std::mem::take(&mut self.exception_announced);
+        let mut int_nlip = None;
         let kind = match std::mem::replace(&mut self.pos, Position::Delivered) {
             Position::After(prev) if exception && prev.contains_insn(from) => {
                 // The block stopped at `from`: it faulted, or it is an INT n / INT3 / INTO.
                 if from == prev.last().ip && prev.last().kind == BranchKind::SoftwareInterrupt {
+                    int_nlip = Some(prev.last().nlip());
                     AsyncKind::SoftwareInterrupt { ip: from }
                 } else {
                     AsyncKind::Fault { ip: from }
@@ -249,7 +259,10 @@ impl SystemFlow {
             self.stats.interrupts += 1;
         }
         let ctx = cpu.context();
-        tracer.async_event(kind, to, ctx);
+        match (kind, int_nlip) {
+            (AsyncKind::SoftwareInterrupt { ip }, Some(nlip)) => tracer.software_interrupt(ip, nlip, to, ctx),
+            _ => tracer.async_event(kind, to, ctx),
+        }
     }
 }
 

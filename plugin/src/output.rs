@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 pub enum FileKey {
     /// thread-N.pt: the Intel PT stream of guest thread N.
     Pt(u32),
+    /// thread-N.rtit: the Atom RTIT stream of guest thread N (vCPU N-1 in full-system mode).
+    Rtit(u32),
     /// thread-N.truth: the ground-truth instruction log of guest thread N.
     Truth(u32),
     /// code.img: bytes of every translated instruction.
@@ -24,6 +26,7 @@ impl FileKey {
     fn file_name(self) -> String {
         match self {
             FileKey::Pt(n) => format!("thread-{n}.pt"),
+            FileKey::Rtit(n) => format!("thread-{n}.rtit"),
             FileKey::Truth(n) => format!("thread-{n}.truth"),
             FileKey::Code => "code.img".to_string(),
         }

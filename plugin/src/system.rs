@@ -28,6 +28,7 @@ use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_R
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
+use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_flow::{CpuView, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
@@ -38,6 +39,9 @@ use std::sync::{Arc, OnceLock};
 const MAX_VCPUS: usize = 1024;
 /// IA32_APIC_BASE: QEMU raises #GP(0) for a WRMSR with its reserved bits 63:52 set.
 const MSR_IA32_APIC_BASE: u64 = 0x1B;
+/// x2APIC DFR (80EH): QEMU's RDMSR raises #GP(0) for it in every APIC mode (outside x2APIC mode
+/// all x2APIC MSRs fault; in x2APIC mode DFR does not exist) and has no side effect.
+const MSR_X2APIC_DFR: u64 = 0x80E;
 /// xAPIC registers (default base 0xFEE00000): LVT performance-counter entry and ICR low.
 const APIC_LVTPC: u64 = 0xFEE0_0340;
 const APIC_ICR_LOW: u64 = 0xFEE0_0300;
@@ -49,12 +53,20 @@ fn owned_msr(index: u32, opts: &SystemOptions) -> bool {
         || pttrace_core::pt::msr::is_rtit_index(index)
         || ArchPmu::owns(index)
         || (opts.bts && BranchTraceStore::owns(index))
+        || (opts.rtit && RtitTracer::owns(index))
+}
+
+/// With `profile=silvermont` the IA32_RTIT_* (Intel PT) MSRs do not exist: #GP on RDMSR/WRMSR.
+fn pt_msr_absent(index: u32, opts: &SystemOptions) -> bool {
+    opts.rtit && !ArchPmu::owns(index) && (RtitMsrs::owns(index, &opts.caps) || pttrace_core::pt::msr::is_rtit_index(index))
 }
 
 /// Retirement events fanned out to the Intel PT tracer and the Branch Trace Store. BTS records
 /// are written into guest linear memory right here, in vCPU context.
 struct Retire<'a> {
     pt: &'a mut Tracer,
+    /// The Atom RTIT tracer (`profile=silvermont`).
+    rtit: Option<&'a mut RtitTracer>,
     bts: &'a mut BranchTraceStore,
     /// A BTS record reached the interrupt threshold: raise the DS interrupt after the event.
     bts_pmi: bool,
@@ -66,22 +78,43 @@ impl RetireSink for Retire<'_> {
     }
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
         self.pt.branch(ip, nlip, kind, next);
+        if let Some(r) = self.rtit.as_deref_mut() {
+            r.branch(ip, nlip, kind, next);
+        }
         if self.bts.active() {
             let ctx = self.pt.context();
             self.bts_pmi |= self.bts.on_branch(&mut LinearMem, ip, nlip, kind, next, ctx).pmi;
         }
     }
-    fn far_transfer(&mut self, ip: u64, kind: FarKind, next: u64, to: Context) {
+    fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
         self.pt.far_transfer(kind, next, to);
+        if let Some(r) = self.rtit.as_deref_mut() {
+            r.far_transfer(ip, nlip, kind, next, to);
+        }
         if self.bts.active() {
             self.bts_pmi |= self.bts.on_far_transfer(&mut LinearMem, ip, kind, next, to).pmi;
         }
     }
     fn mov_cr3(&mut self, next: u64, cr3: u64) {
         self.pt.mov_cr3(next, cr3);
+        if let Some(r) = self.rtit.as_deref_mut() {
+            r.mov_cr3(next, cr3);
+        }
+    }
+    fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
+        self.pt.async_event(AsyncKind::SoftwareInterrupt { ip }, handler, to);
+        if let Some(r) = self.rtit.as_deref_mut() {
+            r.software_interrupt(ip, nlip, handler, to);
+        }
+        if self.bts.active() {
+            self.bts_pmi |= self.bts.on_async(&mut LinearMem, AsyncKind::SoftwareInterrupt { ip }, handler, to).pmi;
+        }
     }
     fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
         self.pt.async_event(why, handler, to);
+        if let Some(r) = self.rtit.as_deref_mut() {
+            r.async_event(why, handler, to);
+        }
         if self.bts.active() {
             self.bts_pmi |= self.bts.on_async(&mut LinearMem, why, handler, to).pmi;
         }
@@ -127,6 +160,8 @@ struct Vcpu {
     output: OutputUnit,
     /// Branch Trace Store (IA32_DEBUGCTL, IA32_DS_AREA).
     bts: BranchTraceStore,
+    /// Atom RTIT (`profile=silvermont`); its output region is written by `drain`.
+    rtit: Option<RtitTracer>,
     /// The output unit accepted the current TraceEn=1 configuration.
     output_active: bool,
     regs: Regs,
@@ -258,6 +293,14 @@ impl Shared {
             pmu: ArchPmu::default(),
             output: OutputUnit::new(caps),
             bts: BranchTraceStore::new(self.opts.dtes64),
+            rtit: self.opts.rtit.then(|| {
+                let t = RtitTracer::new(RtitOptions::default(), Context::KERNEL64);
+                if self.out.is_some() {
+                    t.with_byte_log()
+                } else {
+                    t
+                }
+            }),
             output_active: false,
             regs,
             gdt_base: None,
@@ -380,7 +423,8 @@ impl Shared {
         // library in two processes). RIP is exact at block entry in that mode. Reading it costs,
         // so it is read only while tracing; with TraceEn = 0 no packet depends on the address
         // (a block with a WRMSR, which may enable tracing, reads it too).
-        let pc = if v.tracer.trace_en() || v.bts.active() || v.truth.is_some() || info.has_wrmsr {
+        let rtit_on = v.rtit.as_ref().is_some_and(|r| r.trigger_en());
+        let pc = if v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr {
             v.regs.get("rip").unwrap_or(info.pc)
         } else {
             info.pc
@@ -388,10 +432,25 @@ impl Shared {
         v.pc_delta = pc.wrapping_sub(info.pc);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
         let last_started = self.last_started.take(v.index);
-        let mut sink = Retire { pt: &mut v.tracer, bts: &mut v.bts, bts_pmi: false };
+        let mut sink = Retire { pt: &mut v.tracer, rtit: v.rtit.as_mut(), bts: &mut v.bts, bts_pmi: false };
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         if sink.bts_pmi {
             Self::deliver_pmi();
+        }
+        if let Some(r) = v.rtit.as_mut().filter(|r| r.trigger_en()) {
+            // RTIT_LIPn range edges inside the block (seed 002 §3.3.5): reported when execution
+            // reaches a base or limit sequentially. Approximation: the block's instructions are
+            // reported at its start (exact unless the block is left early by an exception).
+            let lips = r.range_addresses();
+            if lips.iter().any(|&a| a != 0) {
+                let delta = v.pc_delta;
+                for &ip in info.by_mode[2].insns.iter().skip(1) {
+                    let ip = ip.wrapping_add(delta);
+                    if lips.contains(&ip) {
+                        r.linear(ip);
+                    }
+                }
+            }
         }
         self.drain(v);
         if let (Some(out), Some(t)) = (&self.out, v.truth.as_mut()) {
@@ -408,10 +467,25 @@ impl Shared {
             None => v.icount,
         };
         v.tracer.set_tsc(tsc);
+        if let Some(r) = v.rtit.as_mut() {
+            r.set_tsc(tsc);
+        }
     }
 
     /// Hand the generated packets to the output unit (guest memory) and the host mirror.
     fn drain(&self, v: &mut Vcpu) {
+        if let Some(r) = v.rtit.as_mut() {
+            // The RTIT internal buffer goes to its output region at every block boundary (no
+            // overflow unless an internal buffer size is configured); the host copy mirrors
+            // every generated byte.
+            r.drain(&mut PhysMem);
+            if let Some(out) = &self.out {
+                let bytes = r.take_generated_bytes();
+                if !bytes.is_empty() {
+                    out.send(FileKey::Rtit(v.index + 1), bytes);
+                }
+            }
+        }
         if v.tracer.output().is_empty() {
             return;
         }
@@ -512,13 +586,7 @@ impl Shared {
         }
         if let Some(index) = v.pending.rdmsr.take() {
             self.sync_status(v);
-            let value = if let Some(value) = v.pmu.read(index) {
-                Ok(value)
-            } else if let Some(value) = v.bts.read_msr(index).filter(|_| self.opts.bts) {
-                Ok(value)
-            } else {
-                v.msrs.read(index, &self.opts.caps)
-            };
+            let value = self.read_msr(v, index);
             if let Ok(value) = value {
                 v.regs.set("rax", value & 0xFFFF_FFFF);
                 v.regs.set("rdx", value >> 32);
@@ -534,19 +602,29 @@ impl Shared {
             0 => {
                 let eax = v.regs.get("rax").unwrap_or(0) as u32;
                 v.native_max_leaf = eax;
-                if eax < max_leaf {
+                if eax < max_leaf && !self.opts.rtit {
                     v.regs.set("rax", u64::from(max_leaf));
                 }
             }
             // Leaves QEMU does not implement that are now below the raised maximum: QEMU would
             // answer them with its highest leaf's values (Intel's out-of-range rule); they are
             // reserved and read as 0.
-            l if l > v.native_max_leaf && l <= max_leaf && l != 0x14 && l != 0x15 => {
+            l if l > v.native_max_leaf && l <= max_leaf && l != 0x14 && l != 0x15 && !self.opts.rtit => {
                 for r in ["rax", "rbx", "rcx", "rdx"] {
                     v.regs.set(r, 0);
                 }
             }
-            1 if self.opts.bts => {
+            1 if self.opts.bts || self.opts.rtit => {
+                if self.opts.rtit {
+                    // RTIT is not enumerated by CPUID: software recognises the part by its
+                    // family/model signature (seed 002 §1.2), here Silvermont 06_4DH.
+                    let eax = v.regs.get("rax").unwrap_or(0) as u32;
+                    let sig = pttrace_core::rtit::SILVERMONT.cpuid_01_eax();
+                    v.regs.set("rax", u64::from((eax & 0xF000_C000) | sig));
+                }
+                if !self.opts.bts {
+                    return;
+                }
                 // CPUID.1:EDX[21] DS, ECX[2] DTES64, ECX[4] DS-CPL (SDM Vol. 2A Table 3-10/3-11):
                 // the Debug Store with BTS and CPL-qualified BTS (BTS_OFF_OS/BTS_OFF_USR).
                 let edx = v.regs.get("rdx").unwrap_or(0) as u32;
@@ -554,6 +632,15 @@ impl Shared {
                 let ecx = v.regs.get("rcx").unwrap_or(0) as u32;
                 let ecx = (ecx | (1 << 4)) & !(1 << 2);
                 v.regs.set("rcx", u64::from(ecx | (u32::from(self.opts.dtes64) << 2)));
+            }
+            7 if subleaf == 0 && self.opts.rtit => {
+                let ebx = v.regs.get("rbx").unwrap_or(0) as u32;
+                v.regs.set("rbx", u64::from(ebx & !(1 << 25))); // no Intel PT on Silvermont
+            }
+            0x14 if self.opts.rtit => {
+                for r in ["rax", "rbx", "rcx", "rdx"] {
+                    v.regs.set(r, 0);
+                }
             }
             7 if subleaf == 0 => {
                 let ebx = v.regs.get("rbx").unwrap_or(0) as u32;
@@ -608,7 +695,15 @@ impl Shared {
             SystemOp::Rdmsr => {
                 let index = v.regs.get("rcx").unwrap_or(0) as u32;
                 if owned_msr(index, &self.opts) {
-                    v.pending.rdmsr = Some(index);
+                    if self.read_msr(v, index).is_err() {
+                        // #GP(0) at this RDMSR: steer it to an MSR QEMU faults on; ECX comes
+                        // back when the exception is delivered (`on_discon`).
+                        let (rcx, rdx) = (v.regs.get("rcx").unwrap_or(0), v.regs.get("rdx").unwrap_or(0));
+                        v.pending.gp_restore = Some((rcx, rdx));
+                        v.regs.set("rcx", MSR_X2APIC_DFR);
+                    } else {
+                        v.pending.rdmsr = Some(index);
+                    }
                 } else if index == IA32_MISC_ENABLE && self.opts.bts {
                     v.pending.misc_enable = true;
                 }
@@ -619,6 +714,23 @@ impl Shared {
             SystemOp::Rdtsc => v.pending.rdtsc = true,
             SystemOp::MovToCr3 => {}
         }
+    }
+
+    /// RDMSR of an owned MSR: its value, or the #GP(0) hardware raises.
+    fn read_msr(&self, v: &Vcpu, index: u32) -> Result<u64, Fault> {
+        if let Some(value) = v.pmu.read(index) {
+            return Ok(value);
+        }
+        if let Some(value) = v.bts.read_msr(index).filter(|_| self.opts.bts) {
+            return Ok(value);
+        }
+        if pt_msr_absent(index, &self.opts) {
+            return Err(Fault::Gp);
+        }
+        if let Some(r) = v.rtit.as_ref().filter(|_| RtitTracer::owns(index)) {
+            return r.try_rdmsr(index);
+        }
+        v.msrs.read(index, &self.opts.caps)
     }
 
     fn wrmsr(&self, v: &mut Vcpu, ip: u64, nlip: u64) {
@@ -636,7 +748,21 @@ impl Shared {
             }
             return;
         }
-        if BranchTraceStore::owns(index) {
+        if pt_msr_absent(index, &self.opts) {
+            Self::raise_gp(v, rcx, rdx);
+            return;
+        }
+        if let Some(r) = v.rtit.as_mut().filter(|_| RtitTracer::owns(index)) {
+            if !r.trigger_en() {
+                r.set_context(current_context(&v.regs, v.gdt_base));
+            }
+            if r.wrmsr(index, value, ip, nlip, &mut PhysMem).is_err() {
+                Self::raise_gp(v, rcx, rdx);
+            }
+            self.drain(v);
+            return;
+        }
+        if BranchTraceStore::owns(index) && self.opts.bts {
             let was_active = v.bts.active();
             if v.bts.write_msr(index, value).is_err() {
                 Self::raise_gp(v, rcx, rdx);
@@ -808,7 +934,7 @@ impl Shared {
             sh.update_tsc(v);
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
             let last_started = sh.last_started.take(vcpu);
-            let mut sink = Retire { pt: &mut v.tracer, bts: &mut v.bts, bts_pmi: false };
+            let mut sink = Retire { pt: &mut v.tracer, rtit: v.rtit.as_mut(), bts: &mut v.bts, bts_pmi: false };
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {
                 Self::deliver_pmi();
@@ -835,6 +961,12 @@ impl Shared {
             if let Some(v) = guard.as_mut() {
                 v.tracer.finish();
                 out.send(FileKey::Pt(v.index + 1), v.tracer.take_output());
+                if let Some(r) = v.rtit.as_mut() {
+                    let bytes = r.take_generated_bytes();
+                    if !bytes.is_empty() {
+                        out.send(FileKey::Rtit(v.index + 1), bytes);
+                    }
+                }
                 if let Some(t) = v.truth.take() {
                     out.send(FileKey::Truth(v.index + 1), t);
                 }

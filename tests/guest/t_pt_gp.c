@@ -298,12 +298,18 @@ void test_main(void)
      * ECX specifies a reserved or unimplemented MSR address", #GP(0)). */
     printf("IA32_RTIT_ADDR2_A (not enumerated: 2 ranges):\n");
     expect_gp("WRMSR ADDR2_A = 0", MSR_IA32_RTIT_ADDR2_A, 0);
-    /* Hardware: RDMSR of ADDR2_A #GPs too. Known deviation: QEMU's TCG RDMSR has no faulting
-     * path a plugin can steer to (unknown MSRs read as 0), so the plugin cannot raise this #GP;
-     * README "Deviations". Reported, not asserted. */
-    uint64_t v = 0;
-    int faulted = rdmsr_safe(MSR_IA32_RTIT_ADDR2_A, &v);
-    printf("  KNOWN DEVIATION: RDMSR ADDR2_A %s (hardware: #GP)\n", faulted ? "faulted" : "read 0, no #GP");
+    /* RDMSR of ADDR2_A #GPs too: the plugin steers the RDMSR to an MSR QEMU's RDMSR faults on
+     * (x2APIC DFR, 80EH) and restores RCX at delivery; the handler sees #GP(0) at the RDMSR with
+     * RCX = the MSR asked for and RDX unchanged. */
+    uint64_t rdx_marker = 0x1234567890ull;
+    ASSERT(raw_rdmsr(MSR_IA32_RTIT_ADDR2_A, rdx_marker));
+    ASSERT_EQ(gp_vector, 13);
+    ASSERT_EQ(gp_error, 0);
+    ASSERT_EQ(gp_rip, (uint64_t)gp_rdmsr_insn);
+    ASSERT_EQ(gp_rcx, MSR_IA32_RTIT_ADDR2_A);
+    ASSERT_EQ(gp_rdx, rdx_marker);
+    ASSERT(!raw_rdmsr(MSR_IA32_RTIT_ADDR1_A, 0)); /* enumerated: no #GP */
+    printf("  RDMSR ADDR2_A: #GP(0) at the RDMSR, RCX/RDX as loaded\n");
 
     /* OUTPUT_BASE accepts every address below MAXPHYADDR as the CPU enumerates it (Table 33-8:
      * only bits 63:MAXPHYADDR are reserved, MAXPHYADDR = CPUID.80000008H:EAX[7:0]). */

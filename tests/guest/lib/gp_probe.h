@@ -1,5 +1,6 @@
-/* Probing WRMSR for #GP: a #GP handler that records what the guest saw (vector, error code,
- * RIP, and RCX/RDX/RAX in the trap frame) for the one WRMSR at gp_wrmsr_insn and skips it.
+/* Probing WRMSR/RDMSR for #GP: a #GP handler that records what the guest saw (vector, error code,
+ * RIP, and RCX/RDX/RAX in the trap frame) for the one WRMSR at gp_wrmsr_insn (or RDMSR at
+ * gp_rdmsr_insn) and skips it.
  * Install with set_handler(13, gp_handler). Shared by t_pt_gp.c and t_pt_minimal.c. */
 #ifndef GP_PROBE_H
 #define GP_PROBE_H
@@ -7,10 +8,11 @@
 
 static volatile uint64_t gp_count, gp_vector, gp_error, gp_rip, gp_rcx, gp_rdx, gp_rax;
 extern char gp_wrmsr_insn[];
+extern char gp_rdmsr_insn[] __attribute__((weak)); /* only where raw_rdmsr is used */
 
 static void gp_handler(struct trap_frame *f)
 {
-    if (f->rip != (uint64_t)gp_wrmsr_insn) {
+    if (f->rip != (uint64_t)gp_wrmsr_insn && f->rip != (uint64_t)gp_rdmsr_insn) {
         trap_dump(f);
         test_fail("#GP outside the tested WRMSR");
     }
@@ -21,7 +23,16 @@ static void gp_handler(struct trap_frame *f)
     gp_rcx = f->rcx;
     gp_rdx = f->rdx;
     gp_rax = f->rax;
-    f->rip += 2; /* skip WRMSR (0F 30) */
+    f->rip += 2; /* skip WRMSR (0F 30) / RDMSR (0F 32) */
+}
+
+/* RDMSR with exactly these RCX/RDX; 1 if it raised #GP (the frame is in gp_*). */
+__attribute__((noinline, unused)) static int raw_rdmsr(uint64_t rcx, uint64_t rdx)
+{
+    uint64_t before = gp_count, rax = 0;
+    asm volatile(".globl gp_rdmsr_insn\ngp_rdmsr_insn: rdmsr"
+                 : "+a"(rax), "+d"(rdx) : "c"(rcx) : "memory");
+    return gp_count != before;
 }
 
 /* WRMSR with exactly these 64-bit RCX/RAX/RDX; 1 if it raised #GP. */
