@@ -17,23 +17,75 @@ trap 'rm -rf "$out"' EXIT
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 secs() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $(( (e - s) / 1000 )); }
 
-printf '%-12s %10s %10s %8s %12s %14s %10s\n' workload "plain(us)" "pt(us)" ratio "PT bytes" "bytes/branch" "peak RSS"
+# The floor of any design that runs code per executed block: QEMU's own test plugin bb.c (from the
+# same Debian source package as the QEMU binary), counting blocks with a C callback per block
+# (inline=off) and with inline counters only (inline=on). Built here when the source is cached.
+floor_cb="" floor_inline=""
+src=$(ls -d "${PTTRACE_CACHE:-$HOME/.cache/pttrace}"/src/qemu-*/tests/tcg/plugins 2>/dev/null | tail -1)
+if [ -n "$src" ] && [ -f "$src/bb.c" ]; then
+  inc=$(dirname "$(dirname "$(dirname "$src")")")/include/qemu
+  # shellcheck disable=SC2046
+  if gcc -O2 -shared -fPIC -I"$inc" $(pkg-config --cflags glib-2.0) "$src/bb.c" -o "$out/libbb.so" 2>/dev/null; then
+    floor_cb="$out/libbb.so,inline=off" floor_inline="$out/libbb.so,inline=on"
+  fi
+fi
+
+printf '%-12s %10s %10s %8s %9s %9s %12s %14s %10s\n' workload "plain(us)" "pt(us)" ratio "bb-cb" "bb-inl" "PT bytes" "bytes/branch" "peak RSS"
 # recursion: call-heavy; long_psb: branchy interpreter + LZ compressor; syscalls: syscall-heavy;
 # threads: 6 threads.
 for w in ${BENCH_WORKLOADS:-recursion long_psb syscalls threads}; do
-  plain=() traced=()
+  plain=() traced=() fcb=() finl=()
   for _ in $(seq "$runs"); do
     plain+=("$(secs "$qemu_dir/qemu-x86_64" "$bin/$w")")
     traced+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w")")
+    if [ -n "$floor_cb" ]; then
+      fcb+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_cb" "$bin/$w")")
+      finl+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_inline" "$bin/$w")")
+    fi
   done
   p=$(printf '%s\n' "${plain[@]}" | median)
   t=$(printf '%s\n' "${traced[@]}" | median)
+  ratio() { awk -v a="$1" -v b="$p" 'BEGIN { if (a > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+  rcb=n/a rinl=n/a
+  if [ -n "$floor_cb" ]; then
+    rcb=$(ratio "$(printf '%s\n' "${fcb[@]}" | median)")
+    rinl=$(ratio "$(printf '%s\n' "${finl[@]}" | median)")
+  fi
   /usr/bin/time -o "$out/rss" -f '%M' "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w" >/dev/null 2>&1
   rss=$(tail -1 "$out/rss")
   bytes=$(cat "$out/$w"/thread-*.pt | wc -c)
   # Retired branches: the changes of flow in libipt's decoded flow (pttrace decode --summary).
   branches=$("$top/target/release/pttrace" decode "$out/$w" --summary 2>&1 | sed -n "s/.* \([0-9]*\) branches.*/\1/p" | awk '{ s += $1 } END { print s + 0 }')
   per=$(awk -v b="$bytes" -v n="$branches" 'BEGIN { if (n > 0) printf "%.3f", b / n; else print "n/a" }')
-  printf '%-12s %10s %10s %8s %12s %14s %9sK\n' "$w" "$p" "$t" "$(awk -v a="$t" -v b="$p" 'BEGIN { printf "%.2fx", a / b }')" "$bytes" "$per" "$rss"
+  printf '%-12s %10s %10s %8s %9s %9s %12s %14s %9sK\n' "$w" "$p" "$t" "$(ratio "$t")" "$rcb" "$rinl" "$bytes" "$per" "$rss"
 done
 echo "(median of $runs runs each; ratio = with plugin tracing / without plugin; hardware PT: ~0.14 bytes/branch)"
+echo "(bb-cb / bb-inl: QEMU's bb.c test plugin with a C callback per block / inline counters: the floor of"
+echo " per-block callbacks and of inline-only instrumentation)"
+
+# Full system: tests/guest/b_pt_loop.c times one branchy ring-0 workload three times with RDTSC:
+# untraced, with IA32_RTIT_CTL configured but TraceEn = 0, and with Intel PT on. Ratios against the
+# same guest without the plugin (median of the runs).
+export QEMU=$qemu_dir/qemu-system-x86_64
+gbin=$top/target/guest/bin
+bash "$top/tests/guest/build.sh" "$gbin" >/dev/null
+field() { sed -n "s/.*BENCH .* $1=\\([0-9]*\\).*/\\1/p"; }
+np=() cf=() on=() offp=() gbytes=0
+for _ in $(seq "$runs"); do
+  base=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" 2>/dev/null | tr -d '\r')
+  with=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r')
+  np+=("$(field off <<<"$base")")
+  offp+=("$(field off <<<"$with")")
+  cf+=("$(field configured <<<"$with")")
+  on+=("$(field on <<<"$with")")
+  gbytes=$(field bytes <<<"$with")
+done
+m() { printf '%s\n' "$@" | median; }
+r() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+b=$(m "${np[@]}")
+echo
+echo "full system (qemu-system-x86_64, tests/guest/b_pt_loop.c; guest RDTSC cycles, median of $runs):"
+echo "  no plugin:                               $b"
+echo "  plugin loaded, PT never enabled:         $(m "${offp[@]}") ($(r "$(m "${offp[@]}")" "$b"))"
+echo "  RTIT_CTL configured, TraceEn = 0:        $(m "${cf[@]}") ($(r "$(m "${cf[@]}")" "$b"))"
+echo "  Intel PT on (single range):              $(m "${on[@]}") ($(r "$(m "${on[@]}")" "$b")), $gbytes trace bytes"

@@ -175,6 +175,10 @@ struct Vcpu {
     /// CPUID.0:EAX as QEMU answers it (before raising it to 14H/15H).
     native_max_leaf: u32,
     icount: u64,
+    /// Blocks since the guest TSC was last sampled (see `on_block`).
+    blocks_since_tsc: u32,
+    /// The value last stored in this vCPU's `need_block_cb` slot.
+    block_cb_flag: Option<bool>,
     truth: Option<Vec<u8>>,
 }
 
@@ -201,8 +205,19 @@ impl LastStarted {
     }
 }
 
+/// Per-vCPU scoreboard slot read inline by every block: non-zero while anything needs the
+/// block callback (PT TraceEn, BTS, RTIT TriggerEn, ground truth, a pending result fix-up).
+/// Blocks run without any callback while it is 0, so a guest that does not trace pays only
+/// for the inline test (issue 8: tracing configured but disabled).
+struct BlockCallbackNeeded(qemu_plugin::sys::qemu_plugin_u64);
+
+// SAFETY: as for LastStarted.
+unsafe impl Send for BlockCallbackNeeded {}
+unsafe impl Sync for BlockCallbackNeeded {}
+
 pub struct Shared {
     opts: SystemOptions,
+    need_block_cb: BlockCallbackNeeded,
     /// Host TSC minus guest TSC, learned from the guest's RDTSC results.
     tsc_offset: AtomicU64,
     last_started: LastStarted,
@@ -274,6 +289,23 @@ impl Shared {
         }
     }
 
+    /// Recompute whether this vCPU's blocks need the block callback (see `BlockCallbackNeeded`).
+    fn refresh_block_cb(&self, v: &mut Vcpu) {
+        let p = &v.pending;
+        let needed = v.tracer.trace_en()
+            || v.bts.active()
+            || v.rtit.as_ref().is_some_and(|r| r.trigger_en())
+            || v.truth.is_some()
+            || p.cpuid.is_some()
+            || p.rdmsr.is_some()
+            || p.misc_enable
+            || p.rdtsc;
+        if v.block_cb_flag != Some(needed) {
+            v.block_cb_flag = Some(needed);
+            qemu_plugin::qemu_plugin_u64_set(self.need_block_cb.0, v.index, u64::from(needed));
+        }
+    }
+
     fn vcpu_init(&self, vcpu: VCPUIndex) {
         let Some(slot) = self.vcpus.get(vcpu as usize) else {
             eprintln!("pttrace: vCPU {vcpu} exceeds the {MAX_VCPUS} the plugin can model; it has no Intel PT");
@@ -309,8 +341,12 @@ impl Shared {
             pc_delta: 0,
             native_max_leaf: 0x14,
             icount: 0,
+            blocks_since_tsc: 0,
+            block_cb_flag: None,
             truth: self.opts.truth.then(Vec::new),
         };
+        let mut v = v;
+        self.refresh_block_cb(&mut v);
         *slot.lock() = Some(v);
     }
 
@@ -348,14 +384,24 @@ impl Shared {
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
         let bitness = 64;
-        tb.register_execute_callback_flags(
-            move |vcpu| {
-                if let Some(sh) = SHARED.get() {
-                    guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, &info)));
-                }
-            },
-            CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
-        );
+        let on_block = move |vcpu| {
+            if let Some(sh) = SHARED.get() {
+                guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, &info)));
+            }
+        };
+        if has_wrmsr {
+            // A WRMSR may start tracing in the middle of this block: the flow must know the
+            // block whatever the flag says.
+            tb.register_execute_callback_flags(on_block, CallbackFlags::QEMU_PLUGIN_CB_RW_REGS);
+        } else {
+            tb.register_conditional_execute_callback_flags(
+                on_block,
+                CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
+                qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_NE,
+                self.need_block_cb.0,
+                0,
+            );
+        }
         if let Some(last) = tb.instructions().last() {
             qemu_plugin::qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
                 last,
@@ -417,7 +463,15 @@ impl Shared {
     fn on_block(&self, v: &mut Vcpu, info: &BlockInfo) {
         self.apply_pending(v);
         v.icount += info.n_insns;
-        self.update_tsc(v);
+        // Reading the host TSC costs ~40 ns on virtualised hosts. MTC, CYC and RTIT's counters
+        // need it at every block; otherwise only TSC packets in PSB+ use it, and a sample at most
+        // 64 blocks old (microseconds) is taken (WRMSRs and events sample it afresh).
+        v.blocks_since_tsc += 1;
+        let fine = v.msrs.ctl.mtc_en() || v.msrs.ctl.cyc_en() || v.rtit.is_some();
+        if fine || v.blocks_since_tsc >= 64 {
+            v.blocks_since_tsc = 0;
+            self.update_tsc(v);
+        }
         // x86 system-mode translations are PC-relative (CF_PCREL): QEMU runs one translation
         // for the same physical code at any virtual address it is mapped at (e.g. a shared
         // library in two processes). RIP is exact at block entry in that mode. Reading it costs,
@@ -437,6 +491,7 @@ impl Shared {
         if sink.bts_pmi {
             Self::deliver_pmi();
         }
+        self.refresh_block_cb(v);
         if let Some(r) = v.rtit.as_mut().filter(|r| r.trigger_en()) {
             // RTIT_LIPn range edges inside the block (seed 002 §3.3.5): reported when execution
             // reaches a base or limit sequentially. Approximation: the block's instructions are
@@ -685,6 +740,12 @@ impl Shared {
 
     fn before_op(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
         self.apply_pending(v);
+        self.before_op_inner(v, op, ip, len, bytes);
+        // A result to fix up (possibly in the next block) or a WRMSR that switched tracing.
+        self.refresh_block_cb(v);
+    }
+
+    fn before_op_inner(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
         let ip = ip.wrapping_add(v.pc_delta);
         match op {
             SystemOp::Cpuid => {
@@ -1050,6 +1111,11 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
         vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
         code: crate::output::CodeImage::default(),
         last_started: LastStarted::new(),
+        // SAFETY: plain allocation of one u64 per vCPU (zeroed), never freed.
+        need_block_cb: BlockCallbackNeeded(qemu_plugin::sys::qemu_plugin_u64 {
+            score: unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(8) },
+            offset: 0,
+        }),
         tsc_offset: AtomicU64::new(0),
     };
     if SHARED.set(shared).is_err() {
