@@ -5,7 +5,7 @@ RELEASE := target/release
 PLUGIN := $(RELEASE)/libpttrace.so
 TOOL := $(RELEASE)/pttrace
 
-.PHONY: all deps qemu print-qemu demo test test-unit test-corpus test-linux bench clean
+.PHONY: all deps qemu print-qemu demo test test-unit test-corpus test-linux bench stress clean
 
 all: deps
 	$(CARGO) build --release -p pttrace-plugin -p pttrace
@@ -41,6 +41,12 @@ test-linux: all qemu
 # Cost against the same QEMU without a plugin (prints ratios; not a test).
 bench: all qemu
 	@bash scripts/bench.sh
+
+# Issue 9 stress: 4 vCPUs tracing with frequent enable/disable, CR3 switches, interrupts and BTS
+# for STRESS_ROUNDS rounds (default 10000, a few minutes); make test runs 40 of them.
+STRESS_ROUNDS ?= 10000
+stress: all qemu
+	@STRESS_ROUNDS=$(STRESS_ROUNDS) GUESTS=t_stress_smp bash tests/run-guest.sh
 
 clean:
 	$(CARGO) clean

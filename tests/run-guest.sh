@@ -38,8 +38,11 @@ for elf in "$bin"/t_*.elf; do
   bts_on=$(nm "${elf%.elf}.elf64" 2>/dev/null | awk '$3 ~ /^bts_enable_wrmsr/ { sub(/^0+/, "", $1); print $1 }' | paste -sd, -)
   bts_off=$(nm "${elf%.elf}.elf64" 2>/dev/null | awk '$3 ~ /^bts_disable_wrmsr/ { sub(/^0+/, "", $1); print $1 }' | paste -sd, -)
   [ -n "$bts_on" ] && [ -z "$on" ] && opts="$opts,truth=1"
+  # The stress guest's rounds: STRESS_ROUNDS (make stress).
+  [ "$name" = t_stress_smp ] && [ -n "${STRESS_ROUNDS:-}" ] && qemu_extra="$qemu_extra -append rounds=$STRESS_ROUNDS"
   # shellcheck disable=SC2086
-  if ! bash "$top/tests/guest/run.sh" "$elf" $qemu_extra -plugin "$plugin,$opts" >"$dir.log" 2>&1; then
+  if ! GUEST_TIMEOUT=${GUEST_TIMEOUT:-$([ -n "${STRESS_ROUNDS:-}" ] && echo 3600 || echo 60)} \
+      bash "$top/tests/guest/run.sh" "$elf" $qemu_extra -plugin "$plugin,$opts" >"$dir.log" 2>&1; then
     echo "FAIL $name:"; grep -v '^PTDUMP' "$dir.log" | tail -20; fail=1; continue
   fi
   mem_note=""
@@ -77,6 +80,15 @@ for elf in "$bin"/t_*.elf; do
       echo "FAIL $name: trace in guest memory differs from the plugin's copy"; fail=1; continue
     fi
     mem_note="$(stat -c %s "$dir/guest-memory.pt") trace bytes in guest memory = host copy"
+  fi
+  if grep -q '^// host-check: decode' "$top/tests/guest/$name.c"; then
+    # Every vCPU's complete stream (all sessions) decodes with libipt without an error.
+    if ! "$tool" decode "$dir" --summary >/dev/null 2>"$dir/decode-summary.txt"; then
+      echo "FAIL $name: decode errors:"; grep -i -m5 error "$dir/decode-summary.txt"; fail=1; continue
+    fi
+    insns=$(sed -n 's/.* \([0-9][0-9]*\) instructions.*/\1/p' "$dir/decode-summary.txt" | paste -sd, -)
+    echo "ok   $name: PASS in the guest; streams of $(ls "$dir"/thread-*.pt | wc -l) vCPUs decode without errors ($insns instructions); $(grep -c '^cpu ' "$dir.log") CPUs reported"
+    continue
   fi
   if [ -n "$bts_on" ]; then
     # BTS records in guest memory (as the guest printed them) against the ground truth: the

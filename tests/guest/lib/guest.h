@@ -12,6 +12,8 @@
 void test_main(void);
 _Noreturn void exit_qemu(uint32_t code);
 _Noreturn void test_pass(void);
+/* KEY=<decimal> from the kernel command line (QEMU -append), or dflt. */
+uint64_t cmdline_u64(const char *key, uint64_t dflt);
 _Noreturn void test_fail(const char *why);
 _Noreturn void test_skip(const char *why);
 _Noreturn void assert_fail(const char *file, int line, const char *expr);

@@ -10,8 +10,32 @@ void pic_disable(void);
 void syscall_init(void);
 void pool_init(uint64_t ram_end);
 
-/* Multiboot info (spec §3.3): flags bit 0 -> mem_upper = KiB of RAM above 1 MiB. */
-struct mb_info { uint32_t flags, mem_lower, mem_upper; };
+/* Multiboot info (spec §3.3): flags bit 0 -> mem_upper = KiB of RAM above 1 MiB; bit 2 ->
+ * cmdline = physical address of the command line (QEMU -append). */
+struct mb_info { uint32_t flags, mem_lower, mem_upper, boot_device, cmdline; };
+
+static const char *cmdline = "";
+
+uint64_t cmdline_u64(const char *key, uint64_t dflt)
+{
+    size_t klen = 0;
+    while (key[klen])
+        klen++;
+    for (const char *p = cmdline; *p; p++) {
+        if ((p == cmdline || p[-1] == ' ') && p[klen] == '=') {
+            size_t i = 0;
+            while (i < klen && p[i] == key[i])
+                i++;
+            if (i == klen) {
+                uint64_t v = 0;
+                for (p += klen + 1; *p >= '0' && *p <= '9'; p++)
+                    v = v * 10 + (uint64_t)(*p - '0');
+                return v;
+            }
+        }
+    }
+    return dflt;
+}
 
 _Noreturn void lib_main(void)
 {
@@ -24,6 +48,8 @@ _Noreturn void lib_main(void)
     const struct mb_info *mbi = (const struct mb_info *)mb_info;
     if (mb_magic == 0x2BADB002 && (mbi->flags & 1))
         ram_end = 0x100000 + (uint64_t)mbi->mem_upper * 1024;
+    if (mb_magic == 0x2BADB002 && (mbi->flags & 4) && mbi->cmdline)
+        cmdline = (const char *)(uint64_t)mbi->cmdline;
     pool_init(ram_end);
     printf("guest: test %s, RAM %lu MiB\n", &test_name ? test_name : "?", ram_end >> 20);
     test_main();
