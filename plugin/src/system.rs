@@ -486,6 +486,10 @@ impl Shared {
         v.pc_delta = pc.wrapping_sub(info.pc);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
         let last_started = self.last_started.take(v.index);
+        if v.bts.active() && !v.bts.dtes64() {
+            // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
+            v.bts.set_ia32e(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
+        }
         let mut sink = Retire { pt: &mut v.tracer, rtit: v.rtit.as_mut(), bts: &mut v.bts, bts_pmi: false };
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         if sink.bts_pmi {

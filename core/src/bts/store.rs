@@ -78,12 +78,25 @@ pub struct BranchTraceStore {
     ds_area: u64,
     /// CPUID.1:ECX[2] DTES64 of the profile.
     dtes64: bool,
+    /// IA32_EFER.LMA as the caller last reported it (IA-32e mode: 64-bit and compatibility
+    /// mode), for the DS format when DTES64 = 0. Without a report, 64-bit code counts as IA-32e.
+    ia32e: bool,
     stats: BtsStats,
 }
 
 impl BranchTraceStore {
     pub fn new(dtes64: bool) -> Self {
-        BranchTraceStore { debugctl: DebugCtl::default(), ds_area: 0, dtes64, stats: BtsStats::default() }
+        BranchTraceStore { debugctl: DebugCtl::default(), ds_area: 0, dtes64, ia32e: false, stats: BtsStats::default() }
+    }
+
+    /// CPUID.1:ECX[2] DTES64: without it the DS format depends on IA-32e mode (`set_ia32e`).
+    pub fn dtes64(&self) -> bool {
+        self.dtes64
+    }
+
+    /// Report IA32_EFER.LMA (only needed without DTES64).
+    pub fn set_ia32e(&mut self, lma: bool) {
+        self.ia32e = lma;
     }
 
     pub fn debugctl(&self) -> DebugCtl {
@@ -132,7 +145,7 @@ impl BranchTraceStore {
         if !self.active() || !is_taken(kind, nlip, next) {
             return StoreOutcome::default();
         }
-        self.record(mem, ip, next, ctx.cpl, ctx.mode == ExecMode::Bit64, predicted(kind, ip, next))
+        self.record(mem, ip, next, ctx.cpl, self.ia32e || ctx.mode == ExecMode::Bit64, predicted(kind, ip, next))
     }
 
     /// A far transfer (SYSCALL, SYSRET, IRET, far JMP/CALL/RET...) at `ip` retired into `to`.
@@ -140,7 +153,7 @@ impl BranchTraceStore {
         if !self.active() {
             return StoreOutcome::default();
         }
-        self.record(mem, ip, next, to.cpl, to.mode == ExecMode::Bit64, false)
+        self.record(mem, ip, next, to.cpl, self.ia32e || to.mode == ExecMode::Bit64, false)
     }
 
     /// An interrupt, exception or INT n delivered to `handler` in context `to`. The record's
@@ -151,7 +164,7 @@ impl BranchTraceStore {
         if !self.active() {
             return StoreOutcome::default();
         }
-        self.record(mem, why.fup_ip(), handler, to.cpl, to.mode == ExecMode::Bit64, false)
+        self.record(mem, why.fup_ip(), handler, to.cpl, self.ia32e || to.mode == ExecMode::Bit64, false)
     }
 
     /// A taken transfer `from` -> `to` retired; `target_cpl` is the privilege level at `to`,
@@ -341,6 +354,23 @@ mod tests {
         b.record(&mut m, 0xE883, 0x9000, 3, false, true);
         assert_eq!(m.bytes(BUF, 12), vec![0x83, 0xE8, 0, 0, 0, 0x90, 0, 0, 0x10, 0, 0, 0]);
         assert_eq!(m.bytes(DS + 4, 4), (BUF as u32 + 12).to_le_bytes().to_vec());
+    }
+
+    #[test]
+    fn compatibility_mode_without_dtes64_uses_the_64_bit_format_in_ia32e_mode() {
+        let mut m = SparseMemory::new();
+        m.add_ram(0x1000, 0x2000);
+        for (i, v) in [BUF, BUF, BUF + 240, BUF + 264].iter().enumerate() {
+            m.write_u64(DS + 8 * i as u64, *v).unwrap();
+        }
+        let mut b = BranchTraceStore::new(false);
+        b.write_msr(IA32_DS_AREA, DS).unwrap();
+        b.write_msr(IA32_DEBUGCTL, 0xC0).unwrap();
+        b.set_ia32e(true);
+        let compat = Context { cpl: 3, cr3: 0, mode: ExecMode::Bit32 };
+        b.on_branch(&mut m, 0x1000, 0x1002, BranchKind::DirectJump { target: 0x1100 }, 0x1100, compat);
+        assert_eq!(record_at(&mut m, 0), BtsRecord { from: 0x1000, to: 0x1100, predicted: true });
+        assert_eq!(index(&mut m), BUF + 24);
     }
 
     #[test]

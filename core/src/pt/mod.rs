@@ -4,6 +4,7 @@ pub mod decode;
 pub mod dump;
 pub mod encode;
 pub mod filter;
+pub mod internal_buffer;
 pub mod last_ip;
 pub mod msr;
 pub mod output;

@@ -8,11 +8,53 @@
 //! The model is event driven: the caller reports what retired (a branch with its outcome, a far
 //! transfer with the new context, an asynchronous event) and the tracer appends exactly the
 //! packets hardware would produce to its output buffer. It has no knowledge of QEMU.
+//!
+//! # Internal buffer and overflow (opt-in: [`Tracer::with_internal_buffer`])
+//!
+//! Without an internal buffer every packet goes straight to the output (the behaviour, and the
+//! bytes, of the model before overflow existed). With one, packets enter an
+//! [`InternalBuffer`] of bounded size that drains at a modelled bandwidth, and the tracer
+//! overflows the way hardware does. Sources: SDM §33.4.2.16 "Overflow (OVF) Packet"
+//! (shared/reference/pt-packets.md §5), libipt's scenarios test/src/ovf-fup.ptt,
+//! ovf-tip_pge.ptt, ovf.ptt, psb-ovf-fup.ptt, psb-ovf-tip_pge.ptt, ovf-timing-fup.ptt and
+//! ovf-timing-tip_pge.ptt, and libipt's decoder (src/pt_event_decoder.c, pt_evt_decode_ovf and
+//! pt_evt_find_ovf_fup):
+//!
+//! - Granularity: whole packets. A packet that does not fit is dropped whole and starts the
+//!   overflow; from then on every packet is dropped, even ones that would fit, until it
+//!   resolves, so the stream has one gap per episode. PSB+ is *not* a unit: psb-ovf-fup.ptt and
+//!   psb-ovf-tip_pge.ptt show a PSB+ cut short by the overflow (PSB, MODE.Exec, FUP, then OVF
+//!   with no PSBEND; libipt: "An OVF ends a PSB just like PSBEND"). A PSB whose own packet was
+//!   dropped stays due (PacketByteCnt is not reset) and follows once the overflow resolved.
+//! - Enables, filters, the RET stack, TNT accumulation and PacketEn keep being evaluated during
+//!   the overflow ("changes to the enables continue to be evaluated"); only packets are lost.
+//! - Resolution is checked at the start of each retirement event, at the instruction boundary
+//!   the previous event left (`resume_ip`, the next instruction to execute), once the buffer
+//!   has `resume_free` bytes free. The tracer then discards the TNT bits of branches that
+//!   retired during the overflow, resets last-IP and the RET-compression stack, and writes OVF;
+//!   with TSCEn, TSC (and TMA with MTCEn) to resynchronise time (timing packets between OVF and
+//!   FUP/TIP.PGE: ovf-timing-fup.ptt, ovf-timing-tip_pge.ptt; libipt: "We can see timing packets
+//!   between OVF and FUP but that's it"); the CYC count restarts at the OVF. Then:
+//!   - PacketEn = 1: FUP(resume_ip), "the IP of the next instruction to execute after the
+//!     overflow resolved" (ovf-fup.ptt: `ovf`, `fup(3: l1)`); no MODE.Exec or PIP may come
+//!     between OVF and this FUP (pt_evt_find_ovf_fup would treat the OVF as disabled tracing).
+//!   - PacketEn = 0: nothing; the next TIP.PGE ends the gap and is preceded by MODE.Exec
+//!     (ovf-tip_pge.ptt: `ovf`, `mode.exec`, `tip.pge(3: l1)`).
+//! - The first IP after OVF is never compressed against last-IP: it is sent as sext-48 (011b,
+//!   the `3:` of the scenarios) or full (110b), so decoders that do and do not reset last-IP at
+//!   OVF (libipt resets it, the SDM says compress only against IPs really sent) agree.
+//! - TraceEn cleared during an overflow: the buffer drains completely (TraceEn = 0 flushes it)
+//!   and the overflow resolves with PacketEn = 0: OVF and nothing else (ovf.ptt ends with a
+//!   lone `ovf`; erratum APL11 names a TIP.PGD after that OVF as the bug). `finish` does the
+//!   same at the end of the trace, so an overflow is never lost silently.
+//! - The output unit stopping (ToPA STOP, error) loses what is still in the internal buffer,
+//!   as the SDM says; `stop_without_packets` discards it and counts it.
 
 use super::encode::encode;
 use super::filter::{context_en, ip_filter, IpFilterResult};
+use super::internal_buffer::{BufferConfig, BufferStats, DrainCredit, InternalBuffer};
 use super::last_ip::LastIp;
-use super::packet::{ExecMode, IpPayload, Packet};
+use super::packet::{ExecMode, IpCompression, IpPayload, Packet};
 use super::ret_stack::RetStack;
 use super::rtit_ctl::{AddrRange, RtitCtl};
 use super::tnt::TntBuffer;
@@ -122,6 +164,13 @@ pub struct Tracer {
     /// When set, every packet is also recorded as a value (tests, golden streams).
     log: Option<Vec<Packet>>,
     stats: TracerStats,
+    /// The internal buffer and drain model (`with_internal_buffer`). None: every packet goes
+    /// to `out` at once and nothing overflows.
+    ibuf: Option<InternalBuffer>,
+    /// The next instruction to execute after the most recent event: the FUP IP after OVF.
+    resume_ip: u64,
+    /// The next IP packet must not be compressed against last-IP (the first one after OVF).
+    full_ip_next: bool,
 }
 
 impl Tracer {
@@ -147,6 +196,112 @@ impl Tracer {
             out: Vec::with_capacity(64 * 1024),
             log: None,
             stats: TracerStats::default(),
+            ibuf: None,
+            resume_ip: 0,
+            full_ip_next: false,
+        }
+    }
+
+    /// Route packets through a bounded internal buffer with the drain model of `cfg`, and
+    /// overflow when it fills (see the module documentation). Call before the first event.
+    /// `output()` / `take_output()` then return only the bytes the drain engine released.
+    pub fn with_internal_buffer(mut self, cfg: BufferConfig) -> Self {
+        let mut buf = InternalBuffer::new(cfg);
+        if !self.out.is_empty() {
+            // Bytes produced before the buffer existed are already on their way out.
+            buf.preload_handoff(&std::mem::take(&mut self.out));
+        }
+        self.ibuf = Some(buf);
+        self
+    }
+
+    /// The internal buffer, if one was configured.
+    pub fn internal_buffer(&self) -> Option<&InternalBuffer> {
+        self.ibuf.as_ref()
+    }
+
+    /// Internal-buffer counters (report them at exit), if a buffer was configured.
+    pub fn buffer_stats(&self) -> Option<BufferStats> {
+        self.ibuf.as_ref().map(InternalBuffer::stats)
+    }
+
+    /// Deterministic drain: `units` of guest progress (instructions or virtual-time ticks, as
+    /// the buffer's bandwidth was configured) passed since the last call. No-op without a buffer.
+    pub fn credit(&mut self, units: u64) {
+        if let Some(buf) = self.ibuf.as_mut() {
+            buf.credit(units);
+        }
+    }
+
+    /// `bytes` of drain bandwidth became available (real-time mode). No-op without a buffer.
+    pub fn credit_bytes(&mut self, bytes: u64) {
+        if let Some(buf) = self.ibuf.as_mut() {
+            buf.credit_bytes(bytes);
+        }
+    }
+
+    /// Real-time drain: collect the credit the drainer thread granted since the last call.
+    pub fn credit_from(&mut self, credit: &mut DrainCredit) {
+        if let Some(buf) = self.ibuf.as_mut() {
+            buf.credit_bytes(credit.take());
+        }
+    }
+
+    fn overflowed(&self) -> bool {
+        self.ibuf.as_ref().is_some_and(InternalBuffer::overflowed)
+    }
+
+    /// At the start of an event: resolve an overflow once the buffer has room again (while
+    /// TriggerEn = 1; with TriggerEn = 0 no packet, OVF included, is generated).
+    fn service_overflow(&mut self) {
+        if self.ibuf.as_ref().is_some_and(InternalBuffer::can_resume) && self.trigger_en() {
+            self.resolve_overflow();
+        }
+    }
+
+    /// The overflow resolved at `resume_ip` (module documentation; SDM §33.4.2.16; libipt
+    /// ovf-fup.ptt, ovf-tip_pge.ptt, ovf-timing-*.ptt).
+    fn resolve_overflow(&mut self) {
+        // The results of branches that retired during the overflow are lost with their packets.
+        self.tnt.clear();
+        if let Some(buf) = self.ibuf.as_mut() {
+            buf.end_overflow();
+        }
+        self.emit_raw(Packet::Ovf);
+        // OVF resets last-IP and the RET-compression stack (pt-packets.md §5; libipt resets its
+        // decoder state at OVF, pt_evt_reset) and the cycle count.
+        self.last_ip.reset();
+        self.full_ip_next = true;
+        self.ret.clear();
+        self.last_cyc_tsc = self.tsc;
+        if self.cfg.ctl.tsc_en() {
+            // Timing packets may sit between OVF and FUP/TIP.PGE (ovf-timing-fup.ptt); the MTCs of
+            // the gap were lost, so time is resent in full.
+            self.tsc_packets(self.cfg.ctl.mtc_en());
+            self.last_mtc_ctc = Some(self.art() >> self.cfg.ctl.mtc_freq());
+        }
+        if self.packet_en {
+            // FUP: the next instruction to execute after the overflow resolved (ovf-fup.ptt).
+            let payload = self.compress_ip(self.resume_ip);
+            self.emit_raw(Packet::Fup(payload));
+        } else {
+            // Nothing until TIP.PGE, which states the mode again (ovf-tip_pge.ptt).
+            self.mode_sent = None;
+        }
+    }
+
+    /// TraceEn cleared or the trace ended: everything buffered drains; an overflow still in
+    /// progress resolves with OVF alone (ovf.ptt; APL11).
+    fn drain_all_and_resolve(&mut self) {
+        let Some(buf) = self.ibuf.as_mut() else { return };
+        buf.flush();
+        if buf.overflowed() {
+            let packet_en = std::mem::replace(&mut self.packet_en, false);
+            self.resolve_overflow();
+            self.packet_en = packet_en;
+            if let Some(buf) = self.ibuf.as_mut() {
+                buf.flush();
+            }
         }
     }
 
@@ -240,13 +395,21 @@ impl Tracer {
     }
 
     /// The packets generated so far and not yet taken (pending TNT bits are not included).
+    /// With an internal buffer: only the bytes its drain engine released (the hand-off).
     pub fn output(&self) -> &[u8] {
-        &self.out
+        match &self.ibuf {
+            None => &self.out,
+            Some(buf) => buf.handoff(),
+        }
     }
 
-    /// Move the generated bytes out, leaving an empty buffer.
+    /// Move the generated bytes out, leaving an empty buffer. With an internal buffer: the
+    /// hand-off bytes; bytes still pending in the internal buffer stay there.
     pub fn take_output(&mut self) -> Vec<u8> {
-        std::mem::replace(&mut self.out, Vec::with_capacity(64 * 1024))
+        match self.ibuf.as_mut() {
+            None => std::mem::replace(&mut self.out, Vec::with_capacity(64 * 1024)),
+            Some(buf) => buf.take_handoff(),
+        }
     }
 
     /// Drain the recorded packets (only with `with_packet_log`).
@@ -274,29 +437,55 @@ impl Tracer {
 
     // ---- packet emission ----
 
-    fn emit(&mut self, p: Packet) {
+    /// Emit `p` after the pending TNT bits; false if the internal buffer dropped it.
+    fn emit(&mut self, p: Packet) -> bool {
         if !matches!(p, Packet::Tnt { .. }) {
             self.flush_tnt();
         }
-        self.emit_raw(p);
+        self.emit_raw(p)
     }
 
-    fn emit_raw(&mut self, p: Packet) {
-        let before = self.out.len();
-        encode(&p, &mut self.out);
-        let n = (self.out.len() - before) as u64;
+    /// Append one packet; false if the internal buffer dropped it (overflow). Only packets that
+    /// reach the buffer count in the statistics, PacketByteCnt and the packet log.
+    fn emit_raw(&mut self, p: Packet) -> bool {
+        let n = match self.ibuf.as_mut() {
+            None => {
+                let before = self.out.len();
+                encode(&p, &mut self.out);
+                self.out.len() - before
+            }
+            Some(buf) => match buf.push_packet(&p) {
+                Some(n) => n,
+                None => return false,
+            },
+        } as u64;
         self.stats.packets += 1;
         self.stats.bytes += n;
         self.psb_bytes += n;
         if let Some(log) = self.log.as_mut() {
             log.push(p);
         }
+        true
+    }
+
+    /// Compress `ip` against last-IP, except for the first IP after OVF, which is sent as
+    /// sext-48, or full when not canonical (module documentation).
+    fn compress_ip(&mut self, ip: u64) -> IpPayload {
+        if std::mem::take(&mut self.full_ip_next) {
+            if let Some(p) = self.last_ip.compress_with(ip, IpCompression::Sext48) {
+                return p;
+            }
+            if let Some(p) = self.last_ip.compress_with(ip, IpCompression::Full) {
+                return p;
+            }
+        }
+        self.last_ip.compress(ip)
     }
 
     fn emit_ip(&mut self, make: fn(IpPayload) -> Packet, ip: Option<u64>) {
         self.flush_tnt();
         let payload = match ip {
-            Some(ip) => self.last_ip.compress(ip),
+            Some(ip) => self.compress_ip(ip),
             None => IpPayload::SUPPRESSED,
         };
         self.emit_raw(make(payload));
@@ -317,8 +506,7 @@ impl Tracer {
     }
 
     fn mode_exec_if_needed(&mut self) {
-        if self.mode_sent != Some(self.ctx.mode) {
-            self.emit(Packet::ModeExec { mode: self.ctx.mode, if_flag: false });
+        if self.mode_sent != Some(self.ctx.mode) && self.emit(Packet::ModeExec { mode: self.ctx.mode, if_flag: false }) {
             self.mode_sent = Some(self.ctx.mode);
         }
     }
@@ -329,10 +517,16 @@ impl Tracer {
 
     /// PSB+ (§33.4.2.17 and Table 33-50 "PSB+"): PSB, TSC, PIP, CBR, and when PacketEn the
     /// MODE.Exec and FUP of the current IP, then PSBEND. Resets last-IP and the RET stack.
+    /// With an internal buffer the PSB+ can be cut short by an overflow (psb-ovf-fup.ptt); if
+    /// the PSB itself was dropped, PacketByteCnt keeps counting and the PSB+ stays due.
     fn psb_plus(&mut self, ip: Option<u64>) {
         self.flush_tnt();
-        self.emit_raw(Packet::Psb);
-        self.stats.psbs += 1;
+        let psb_sent = self.emit_raw(Packet::Psb);
+        if psb_sent {
+            self.stats.psbs += 1;
+            // Every decoder resets its last-IP at PSB.
+            self.full_ip_next = false;
+        }
         self.last_ip.reset();
         self.ret.clear();
         self.mode_sent = None;
@@ -347,20 +541,24 @@ impl Tracer {
         self.emit_raw(Packet::Cbr { ratio: self.cfg.cbr });
         if self.packet_en {
             if let Some(ip) = ip {
-                self.emit_raw(Packet::ModeExec { mode: self.ctx.mode, if_flag: false });
-                self.mode_sent = Some(self.ctx.mode);
-                let payload = self.last_ip.compress(ip);
+                if self.emit_raw(Packet::ModeExec { mode: self.ctx.mode, if_flag: false }) {
+                    self.mode_sent = Some(self.ctx.mode);
+                }
+                let payload = self.compress_ip(ip);
                 self.emit_raw(Packet::Fup(payload));
             }
         }
         self.emit_raw(Packet::PsbEnd);
         // PacketByteCnt counts from the PSB on: the PSB+ bytes belong to the new period.
-        self.psb_bytes = 0;
+        if psb_sent {
+            self.psb_bytes = 0;
+        }
     }
 
     /// Insert PSB+ if the byte count crossed the PSBFreq period; `ip` is the next instruction.
+    /// Not during an overflow: the PSB+ follows once it resolved.
     fn maybe_psb(&mut self, ip: u64) {
-        if self.trigger_en() && self.psb_bytes >= self.cfg.ctl.psb_period_bytes() {
+        if self.trigger_en() && self.psb_bytes >= self.cfg.ctl.psb_period_bytes() && !self.overflowed() {
             self.psb_plus(Some(ip));
         }
     }
@@ -401,6 +599,7 @@ impl Tracer {
         self.stopped = false;
         self.trace_stop_hit = false;
         self.packet_en = false;
+        self.resume_ip = next_ip;
         // PSB+ at enable when IA32_RTIT_STATUS.PacketByteCnt is 0 (what Linux and a fresh
         // configuration have). A non-zero count, restored by software (e.g. XRSTORS of a saved
         // trace context), continues the running period instead (shared/reference/pt-packets.md §4;
@@ -424,7 +623,8 @@ impl Tracer {
     }
 
     /// TraceEn 1 -> 0 by a WRMSR at `ip`: FUP(ip), TIP.PGD (IP suppressed) if PacketEn;
-    /// everything pending is flushed.
+    /// everything pending is flushed, the internal buffer included (an overflow in progress
+    /// ends with a lone OVF).
     pub fn disable(&mut self, ip: u64) {
         if !self.cfg.ctl.trace_en() {
             return;
@@ -436,6 +636,7 @@ impl Tracer {
         self.flush_tnt();
         self.cfg.ctl.set_trace_en(false);
         self.packet_en = false;
+        self.drain_all_and_resolve();
     }
 
     /// Replace the configuration (IA32_RTIT_CTL without TraceEn, CR3_MATCH, ADDRn) while
@@ -474,11 +675,15 @@ impl Tracer {
     }
 
     /// TraceStop or an output error ended packet generation: TriggerEn = 0 without packets
-    /// (the output unit already stopped accepting bytes).
+    /// (the output unit already stopped accepting bytes). What is still in the internal buffer
+    /// is lost, as in hardware (seed 000 §33.2.7.2), and counted in `BufferStats::discarded_bytes`.
     pub fn stop_without_packets(&mut self) {
         self.flush_tnt();
         self.stopped = true;
         self.packet_en = false;
+        if let Some(buf) = self.ibuf.as_mut() {
+            buf.discard_all();
+        }
     }
 
     /// WRMSR to IA32_RTIT_CTL at `ip` (next instruction `nlip`) with `value` (already checked
@@ -502,6 +707,8 @@ impl Tracer {
     /// and execution continues at `next`.
     pub fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
         let _ = ip;
+        self.service_overflow();
+        self.resume_ip = next;
         if !self.trigger_en() {
             return;
         }
@@ -599,6 +806,8 @@ impl Tracer {
     }
 
     fn transfer(&mut self, fup: Option<u64>, next: u64, to: Context) {
+        self.service_overflow();
+        self.resume_ip = next;
         let was = self.packet_en;
         let cr3_changed = to.cr3 != self.ctx.cr3;
         self.ctx = to;
@@ -648,6 +857,8 @@ impl Tracer {
     /// MOV to CR3 retired, next instruction at `nlip` (Table 33-50): PIP if tracing stays on and
     /// OS=1; TIP.PGD (suppressed) if ContextEn drops; PIP, MODE.Exec, TIP.PGE(NLIP) if it rises.
     pub fn mov_cr3(&mut self, nlip: u64, cr3: u64) {
+        self.service_overflow();
+        self.resume_ip = nlip;
         let was = self.packet_en;
         self.ctx.cr3 = cr3;
         if !self.trigger_en() {
@@ -679,6 +890,8 @@ impl Tracer {
     /// Straight-line code from the previous event reached `ip` without a branch (e.g. the end
     /// of a basic block that is not a COFI). Only the IP filter can change here.
     pub fn linear(&mut self, ip: u64) {
+        self.service_overflow();
+        self.resume_ip = ip;
         if !self.trigger_en() {
             return;
         }
@@ -707,8 +920,10 @@ impl Tracer {
         self.maybe_psb(ip);
     }
 
-    /// The end of the trace (process exit): pending TNT bits are written out.
+    /// The end of the trace (process exit): pending TNT bits are written out and the internal
+    /// buffer drains completely; an overflow still in progress ends with OVF.
     pub fn finish(&mut self) {
         self.flush_tnt();
+        self.drain_all_and_resolve();
     }
 }
