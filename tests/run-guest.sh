@@ -81,6 +81,27 @@ for elf in "$bin"/t_*.elf; do
     fi
     mem_note="$(stat -c %s "$dir/guest-memory.pt") trace bytes in guest memory = host copy"
   fi
+  if grep -q '^// host-check: timing' "$top/tests/guest/$name.c"; then
+    # TSC packets between the guest's RDTSC before enabling and after disabling, never going
+    # backwards; MTC present; and a second run gives the same bytes (deterministic under -icount).
+    lo=$(sed -n 's/^TIMING lo=\([0-9a-f]*\).*/\1/p' "$dir.log" | tr -d '\r')
+    hi=$(sed -n 's/^TIMING .*hi=\([0-9a-f]*\).*/\1/p' "$dir.log" | tr -d '\r')
+    "$tool" dump "$dir/thread-1.pt" >"$dir/dump.txt" 2>/dev/null
+    tsc_check=$(awk -v lo="$lo" -v hi="$hi" '
+      function h(x,   i, v) { v = 0; x = tolower(x); for (i = 1; i <= length(x); i++) v = v * 16 + index("0123456789abcdef", substr(x, i, 1)) - 1; return v }
+      $2 == "tsc" { n++; v = h($3); if (v < h(lo) || v > h(hi)) bad = bad " out-of-range:" $3; if (v < last) bad = bad " backwards:" $3; last = v }
+      $2 == "mtc" { m++ }
+      END { printf "%d TSC, %d MTC%s", n, m, bad ? ";" bad : "" }' "$dir/dump.txt")
+    if [ -z "$lo" ] || grep -q ';' <<<"$tsc_check" || ! grep -q '[1-9][0-9]* TSC, [1-9][0-9]* MTC' <<<"$tsc_check"; then
+      echo "FAIL $name: timing packets: $tsc_check (guest RDTSC $lo..$hi)"; fail=1; continue
+    fi
+    # shellcheck disable=SC2086
+    bash "$top/tests/guest/run.sh" "$elf" $qemu_extra -plugin "$plugin,${opts/out=$dir/out=$dir/again}" >/dev/null 2>&1
+    if ! cmp -s "$dir/thread-1.pt" "$dir/again/thread-1.pt"; then
+      echo "FAIL $name: a second run under -icount produced a different stream"; fail=1; continue
+    fi
+    mem_note="${mem_note:+$mem_note; }$tsc_check within the guest's RDTSC $lo..$hi and monotonic; second run byte-identical"
+  fi
   if grep -q '^// host-check: decode' "$top/tests/guest/$name.c"; then
     # Every vCPU's complete stream (all sessions) decodes with libipt without an error.
     if ! "$tool" decode "$dir" --summary >/dev/null 2>"$dir/decode-summary.txt"; then

@@ -123,7 +123,7 @@ impl RetireSink for Retire<'_> {
 
 struct BlockInfo {
     pc: u64,
-    n_insns: u64,
+
     /// The block contains a WRMSR (which may enable tracing and needs the block's actual address).
     has_wrmsr: bool,
     /// The block's COFI classified as 16-, 32- and 64-bit code; the vCPU's current mode picks one
@@ -146,8 +146,9 @@ struct Pending {
     gp_restore: Option<(u64, u64)>,
     /// RDPMC about to execute (address, length): QEMU's TCG raises #UD for it.
     rdpmc: Option<(u64, u64)>,
-    /// An RDTSC/RDTSCP executed: its EDX:EAX calibrates the guest TSC offset.
-    rdtsc: bool,
+    /// An RDTSC/RDTSCP executed (with the plugin's clock when it started): its EDX:EAX
+    /// calibrates the guest TSC offset.
+    rdtsc: Option<u64>,
 }
 
 struct Vcpu {
@@ -174,7 +175,6 @@ struct Vcpu {
     pc_delta: u64,
     /// CPUID.0:EAX as QEMU answers it (before raising it to 14H/15H).
     native_max_leaf: u32,
-    icount: u64,
     /// Blocks since the guest TSC was last sampled (see `on_block`).
     blocks_since_tsc: u32,
     /// The value last stored in this vCPU's `need_block_cb` slot.
@@ -218,6 +218,11 @@ unsafe impl Sync for BlockCallbackNeeded {}
 pub struct Shared {
     opts: SystemOptions,
     need_block_cb: BlockCallbackNeeded,
+    /// Per-vCPU count of instructions of the blocks started, added inline (no callback).
+    insns: BlockCallbackNeeded,
+    /// `-icount shift=N`: QEMU's TSC is virtual time, 2^N ns per instruction; the plugin's clock
+    /// then counts instructions too, so timing packets are deterministic.
+    icount_shift: Option<u32>,
     /// Host TSC minus guest TSC, learned from the guest's RDTSC results.
     tsc_offset: AtomicU64,
     last_started: LastStarted,
@@ -299,7 +304,7 @@ impl Shared {
             || p.cpuid.is_some()
             || p.rdmsr.is_some()
             || p.misc_enable
-            || p.rdtsc;
+            || p.rdtsc.is_some();
         if v.block_cb_flag != Some(needed) {
             v.block_cb_flag = Some(needed);
             qemu_plugin::qemu_plugin_u64_set(self.need_block_cb.0, v.index, u64::from(needed));
@@ -340,7 +345,6 @@ impl Shared {
             exception_pending: false,
             pc_delta: 0,
             native_max_leaf: 0x14,
-            icount: 0,
             blocks_since_tsc: 0,
             block_cb_flag: None,
             truth: self.opts.truth.then(Vec::new),
@@ -377,7 +381,6 @@ impl Shared {
         let has_wrmsr = insns.iter().any(|(_, b)| system_op(b, 64) == Some(SystemOp::Wrmsr));
         let info = Arc::new(BlockInfo {
             pc,
-            n_insns: insns.len() as u64,
             has_wrmsr,
             by_mode: [for_mode(16), for_mode(32), for_mode(64)],
         });
@@ -400,6 +403,15 @@ impl Shared {
                 qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_NE,
                 self.need_block_cb.0,
                 0,
+            );
+        }
+        if let Some(first) = tb.instructions().next() {
+            // The block's instruction count, added when its first instruction starts.
+            qemu_plugin::qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
+                first,
+                qemu_plugin::sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64,
+                self.insns.0,
+                insns.len() as u64,
             );
         }
         if let Some(last) = tb.instructions().last() {
@@ -462,7 +474,6 @@ impl Shared {
 
     fn on_block(&self, v: &mut Vcpu, info: &BlockInfo) {
         self.apply_pending(v);
-        v.icount += info.n_insns;
         // Reading the host TSC costs ~40 ns on virtualised hosts. MTC, CYC and RTIT's counters
         // need it at every block; otherwise only TSC packets in PSB+ use it, and a sample at most
         // 64 blocks old (microseconds) is taken (WRMSRs and events sample it afresh).
@@ -519,12 +530,21 @@ impl Shared {
         }
     }
 
+    /// The clock behind the guest's TSC: the host TSC, or under `-icount shift=N` the vCPU's
+    /// instruction count << N (QEMU's virtual nanoseconds), or the instruction count on hosts
+    /// without a TSC.
+    fn raw_clock(&self, v: &Vcpu) -> u64 {
+        let insns = qemu_plugin::qemu_plugin_u64_get(self.insns.0, v.index);
+        match (self.icount_shift, host_tsc()) {
+            (Some(shift), _) => insns << shift,
+            (None, Some(host)) => host,
+            (None, None) => insns,
+        }
+    }
+
     /// The guest's TSC now (see `host_tsc`): packets generated from here on carry this time.
     fn update_tsc(&self, v: &mut Vcpu) {
-        let tsc = match host_tsc() {
-            Some(host) => host.wrapping_sub(self.tsc_offset.load(Ordering::Relaxed)),
-            None => v.icount,
-        };
+        let tsc = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
         v.tracer.set_tsc(tsc);
         if let Some(r) = v.rtit.as_mut() {
             r.set_tsc(tsc);
@@ -628,8 +648,8 @@ impl Shared {
         if let Some((leaf, subleaf)) = v.pending.cpuid.take() {
             self.fix_cpuid(v, leaf, subleaf);
         }
-        if std::mem::take(&mut v.pending.rdtsc) {
-            if let (Some(host), Some(lo), Some(hi)) = (host_tsc(), v.regs.get("rax"), v.regs.get("rdx")) {
+        if let Some(host) = v.pending.rdtsc.take() {
+            if let (Some(lo), Some(hi)) = (v.regs.get("rax"), v.regs.get("rdx")) {
                 // QEMU keeps one offset for all vCPUs, but corrects it to keep the guest TSC
                 // monotonic (cpu_get_ticks), so the latest observation is the best estimate
                 // (late only by the time since the RDTSC ran).
@@ -776,7 +796,7 @@ impl Shared {
             SystemOp::Wrmsr => self.wrmsr(v, ip, ip + len),
             SystemOp::Lgdt => self.lgdt(v, ip, bytes),
             SystemOp::Rdpmc => v.pending.rdpmc = Some((ip, len)),
-            SystemOp::Rdtsc => v.pending.rdtsc = true,
+            SystemOp::Rdtsc => v.pending.rdtsc = Some(self.raw_clock(v)),
             SystemOp::MovToCr3 => {}
         }
     }
@@ -1080,6 +1100,16 @@ extern "C" fn discon(_id: qemu_plugin::sys::qemu_plugin_id_t, vcpu: u32, ty: i32
 /// Single-threaded TCG (`-accel tcg,thread=single`, or `-icount`) shares translated blocks between
 /// vCPUs and QEMU 10.2 then passes the translating vCPU's index to execute callbacks
 /// (accel/tcg/plugin-gen.c gen_cpu_index without CF_PARALLEL), so per-vCPU state would mix.
+/// `-icount N` / `-icount shift=N[,...]` with a fixed shift (not `auto`).
+fn icount_shift() -> Option<u32> {
+    let cmdline = std::fs::read("/proc/self/cmdline").ok()?;
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let i = args.iter().position(|a| a == "-icount" || a == "--icount")?;
+    let v = args.get(i + 1)?;
+    let shift = v.split(',').find_map(|p| p.strip_prefix("shift=")).unwrap_or(v.split(',').next()?);
+    shift.parse().ok().filter(|s: &u32| *s < 32)
+}
+
 fn single_threaded_tcg() -> bool {
     let Ok(cmdline) = std::fs::read("/proc/self/cmdline") else { return false };
     let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
@@ -1115,11 +1145,16 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
         vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
         code: crate::output::CodeImage::default(),
         last_started: LastStarted::new(),
-        // SAFETY: plain allocation of one u64 per vCPU (zeroed), never freed.
+        // SAFETY: plain allocations of one u64 per vCPU (zeroed), never freed.
         need_block_cb: BlockCallbackNeeded(qemu_plugin::sys::qemu_plugin_u64 {
             score: unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(8) },
             offset: 0,
         }),
+        insns: BlockCallbackNeeded(qemu_plugin::sys::qemu_plugin_u64 {
+            score: unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(8) },
+            offset: 0,
+        }),
+        icount_shift: icount_shift(),
         tsc_offset: AtomicU64::new(0),
     };
     if SHARED.set(shared).is_err() {
