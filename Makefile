@@ -5,7 +5,7 @@ RELEASE := target/release
 PLUGIN := $(RELEASE)/libpttrace.so
 TOOL := $(RELEASE)/pttrace
 
-.PHONY: all deps qemu print-qemu demo test test-unit test-corpus test-linux bench stress clean
+.PHONY: all deps qemu print-qemu demo test test-unit test-corpus test-linux bench stress fuzz clean
 
 all: deps
 	$(CARGO) build --release -p pttrace-plugin -p pttrace
@@ -47,6 +47,11 @@ bench: all qemu
 STRESS_ROUNDS ?= 10000
 stress: all qemu
 	@STRESS_ROUNDS=$(STRESS_ROUNDS) GUESTS=t_stress_smp bash tests/run-guest.sh
+
+# Fuzz the core model with cargo-fuzz/libFuzzer (stable rustc via RUSTC_BOOTSTRAP=1; installs
+# cargo-fuzz if missing): every target FUZZ_SECONDS (default 60) on fuzz/corpus, fails on a crash.
+fuzz:
+	@bash scripts/fuzz.sh
 
 clean:
 	$(CARGO) clean

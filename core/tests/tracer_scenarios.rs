@@ -478,3 +478,19 @@ fn long_gap_between_events_sends_tsc_and_tma_instead_of_an_ambiguous_mtc() {
     t.branch(0x401100, 0x401102, BranchKind::IndirectJump, 0x401200);
     assert_eq!(t.take_packet_log(), [Mtc { ctc: 302u64 as u8 }, Tip(ip(C::Update16, 0x1200))]);
 }
+
+/// Regression (fuzz/artifacts-found/msr_sequences-pip-cr3-lam-bits): CR3 with the LAM bits
+/// CR3[62:61] set; PIP carries CR3[51:5] only (debug builds used to panic in the encoder).
+#[test]
+fn pip_of_a_cr3_with_lam_bits_carries_only_the_address_bits() {
+    use pttrace_core::pt::packet::Packet;
+    use pttrace_core::pt::rtit_ctl::RtitCtl;
+    use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
+    let mut ctl = RtitCtl::default();
+    ctl.set_os(true).set_branch_en(true).set_trace_en(true);
+    let ctx = Context { cr3: 0x2000_0000_0000_1000, ..Context::KERNEL64 };
+    let mut t = Tracer::new(TraceConfig { ctl, ..TraceConfig::default() }, ctx).with_packet_log();
+    t.enable(0x1000);
+    let log = t.take_packet_log();
+    assert!(log.iter().any(|p| matches!(p, Packet::Pip { cr3: 0x1000, .. })), "{log:?}");
+}

@@ -512,7 +512,10 @@ impl Tracer {
     }
 
     fn pip(&mut self) {
-        self.emit(Packet::Pip { cr3: self.ctx.cr3, nr: false });
+        // PIP carries CR3[51:5] (§33.4.2.13); CR3[63:52] are not address bits (CR3[62:61] are
+        // the LAM enables QEMU keeps). Found by the msr_sequences fuzzer
+        // (fuzz/artifacts-found/msr_sequences-pip-cr3-lam-bits).
+        self.emit(Packet::Pip { cr3: self.ctx.cr3 & 0x000F_FFFF_FFFF_FFE0, nr: false });
     }
 
     /// PSB+ (§33.4.2.17 and Table 33-50 "PSB+"): PSB, TSC, PIP, CBR, and when PacketEn the
