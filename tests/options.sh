@@ -4,7 +4,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 qemu=$(bash "$top/scripts/qemu.sh")/qemu-x86_64
-plugin=$top/target/release/libpttrace.so
+plugin=${PTTRACE_TARGET:-$top/target}/release/libpttrace.so
 prog=$top/target/corpus/bin/retmismatch
 [ -x "$prog" ] || bash "$top/tests/corpus/build.sh" "$top/target/corpus/bin" >/dev/null
 tmp=$(mktemp -d)
@@ -29,10 +29,23 @@ expect_error "filter=1-2,filter=3-4,stop=5-6" "at most 2"
 expect_error "mtc_period=2" "accepted: 0, 3, 6, 9"
 expect_error "cyc_thresh=14" "accepted: 0..=13"
 expect_error "out" "needs a directory"
+expect_error "trace=etm" "accepted: pt, rtit"
+expect_error "trace=rtit,psb_period=4" "with trace=rtit (accepted: 0..=3"
+expect_error "trace=rtit,mtc_period=6" "with trace=rtit (accepted: 0..=3"
+expect_error "branch=0,trace=rtit" "RTIT has no BranchEn"
+expect_error "trace=rtit,tsc=0" "option 'tsc' needs trace=pt"
+expect_error "trace=rtit,cyc_thresh=1" "option 'cyc_thresh' needs trace=pt"
+expect_error "less_pkts=1" "option 'less_pkts' needs trace=rtit"
 if "$qemu" -plugin "$plugin,out=$tmp/ok,noretcomp=1,psb_period=5,tsc=0,branch=1,filter=0x401000/0x1000" "$prog" >/dev/null 2>"$tmp/err" &&
    [ -s "$tmp/ok/thread-1.pt" ]; then
   echo "ok   valid options accepted"
 else
   echo "FAIL valid options: $(cat "$tmp/err")"; fail=1
+fi
+if "$qemu" -plugin "$plugin,out=$tmp/rtit,trace=rtit,noretcomp=1,psb_period=3,mtc=1,mtc_period=2,cyc=1,less_pkts=1,branch=1,filter=0x401000/0x1000" "$prog" >/dev/null 2>"$tmp/err" &&
+   [ -s "$tmp/rtit/thread-1.rtit" ] && [ ! -e "$tmp/rtit/thread-1.pt" ] && grep -qx "trace=rtit" "$tmp/rtit/meta.txt"; then
+  echo "ok   valid trace=rtit options accepted"
+else
+  echo "FAIL valid trace=rtit options: $(cat "$tmp/err")"; fail=1
 fi
 exit $fail

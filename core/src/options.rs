@@ -1,13 +1,37 @@
 //! Plugin options, named after perf's intel_pt config terms where one applies
 //! (tools/perf/Documentation/perf-intel-pt.txt): `branch`, `noretcomp`, `psb_period`, `tsc`,
 //! `mtc`, `mtc_period`, `cyc`, `cyc_thresh`, plus `out`, `filter`, `stop` and `truth`.
+//! `trace=pt|rtit` picks Intel PT or Atom RTIT (seed 002); with `trace=rtit` the same terms map
+//! onto RTIT_CTL (`noretcomp` -> !Cmprs_Ret, `psb_period` -> RTIT_PKT_CNT[Pkt_Mask], `mtc` ->
+//! MTC_En, `mtc_period` -> MTC_Range, `cyc` -> Cycle_Acc, `filter`/`stop` -> RANGE0/1 with
+//! RTIT_EVENTS), plus `less_pkts` (RTIT_CTL[Less_Pkts]).
 //!
 //! Every option is checked against what the capability profile supports; a bad value is an
 //! error naming the option and the accepted values, never a panic.
 
 use crate::pt::rtit_ctl::{AddrCfg, AddrRange, RtitCtl};
 use crate::pt::tracer::TraceConfig;
+use crate::rtit::msr::LIP_ADDR_MASK;
+use crate::rtit::setup::{RangeUse, RtitConfig};
 use std::path::PathBuf;
+
+/// Which trace hardware the user-mode plugin emulates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceKind {
+    /// Intel Processor Trace: DIR/thread-N.pt.
+    Pt,
+    /// Atom (Silvermont/Airmont) Real Time Instruction Trace: DIR/thread-N.rtit.
+    Rtit,
+}
+
+impl TraceKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceKind::Pt => "pt",
+            TraceKind::Rtit => "rtit",
+        }
+    }
+}
 
 /// PSBFreq encodings the default (Skylake-class) profile accepts: CPUID.(14H,1):EBX[31:16] = 0x003F.
 const PSB_FREQ_BITMAP: u16 = 0x003F;
@@ -20,22 +44,34 @@ const NUM_ADDR_RANGES: usize = 2;
 
 pub const USAGE: &str = "pttrace options (comma separated, key=value):
   out=DIR           output directory (created if missing; default ./pttrace-out)
-  branch=0|1        COFI packets, IA32_RTIT_CTL.BranchEn (default 1)
-  noretcomp=0|1     disable RET compression, IA32_RTIT_CTL.DisRETC (default 0)
-  psb_period=N      PSB every 2K<<N bytes, N in 0..=5 (default 0)
-  tsc=0|1           TSC packets in PSB+, IA32_RTIT_CTL.TSCEn (default 1)
-  mtc=0|1           MTC packets (ART = TSC), IA32_RTIT_CTL.MTCEn (default 0)
-  mtc_period=N      MTCFreq, N in 0,3,6,9 (default 0)
-  cyc=0|1           cycle-accurate mode: CYC packets, IA32_RTIT_CTL.CYCEn (default 0)
-  cyc_thresh=N      CycThresh, N in 0..=13 (default 0)
+  trace=pt|rtit     Intel PT (DIR/thread-N.pt) or Atom RTIT (DIR/thread-N.rtit) (default pt)
+  branch=0|1        COFI packets, IA32_RTIT_CTL.BranchEn (default 1; rtit: always 1)
+  noretcomp=0|1     disable RET compression, IA32_RTIT_CTL.DisRETC (default 0; rtit: !RTIT_CTL.Cmprs_Ret)
+  psb_period=N      PSB every 2K<<N bytes, N in 0..=5 (default 0; rtit: RTIT_PKT_CNT.Pkt_Mask, N in 0..=3)
+  tsc=0|1           TSC packets in PSB+, IA32_RTIT_CTL.TSCEn (default 1; pt only)
+  mtc=0|1           MTC packets (ART = TSC), IA32_RTIT_CTL.MTCEn (default 0; rtit: RTIT_CTL.MTC_En)
+  mtc_period=N      MTCFreq, N in 0,3,6,9 (default 0; rtit: RTIT_CTL.MTC_Range, N in 0..=3)
+  cyc=0|1           cycle-accurate mode: CYC packets, IA32_RTIT_CTL.CYCEn (default 0; rtit: RTIT_CTL.Cycle_Acc)
+  cyc_thresh=N      CycThresh, N in 0..=13 (default 0; pt only)
+  less_pkts=0|1     RTIT_CTL.Less_Pkts: timing packets only while PacketEn (default 0; rtit only)
   filter=A-B        trace only IPs in [A,B] (hex, inclusive); up to 2 filter/stop ranges
   stop=A-B          TraceStop range [A,B]
   truth=0|1         also log every executed instruction (ground truth for tests)";
 
+/// RTIT_PKT_CNT[17:16] Pkt_Mask: a PSB every 2K << N bytes for N in 0..=3 (§3.3.9).
+const RTIT_MAX_PKT_MASK: u64 = 3;
+/// RTIT_CTL[15:14] MTC_Range: MTC carries TSC[14+2N:7+2N] for N in 0..=3 (§4.2.12).
+const RTIT_MAX_MTC_RANGE: u64 = 3;
+
 #[derive(Clone, Debug)]
 pub struct Options {
     pub out: PathBuf,
+    /// `trace=`: which hardware is emulated.
+    pub trace: TraceKind,
+    /// The Intel PT configuration (trace=pt).
     pub config: TraceConfig,
+    /// The RTIT MSR values (trace=rtit).
+    pub rtit: RtitConfig,
     pub truth: bool,
     /// The arguments as given (recorded in meta.txt).
     pub raw: Vec<String>,
@@ -102,12 +138,31 @@ fn parse_range(key: &str, v: &str) -> Result<AddrRange, OptionError> {
     Ok(range)
 }
 
+/// `option 'KEY' needs trace=WHICH (why)`.
+fn only_with(key: &str, which: TraceKind, why: &str) -> OptionError {
+    OptionError(format!("option '{key}' needs trace={} ({why})", which.name()))
+}
+
 impl Options {
     /// Parse `key=value` arguments as QEMU passes them to the plugin.
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Options, OptionError> {
+        let args: Vec<&str> = args.into_iter().collect();
+        // `trace=` decides how the other terms are read, wherever it appears.
+        let mut trace = TraceKind::Pt;
+        for arg in &args {
+            if let Some(v) = arg.strip_prefix("trace=") {
+                trace = match v {
+                    "pt" => TraceKind::Pt,
+                    "rtit" => TraceKind::Rtit,
+                    _ => return err(format!("option 'trace': '{v}' is not a trace kind (accepted: pt, rtit)")),
+                };
+            }
+        }
+        let rtit_mode = trace == TraceKind::Rtit;
         let mut ctl = RtitCtl::default();
         ctl.set_user(true).set_branch_en(true).set_tsc_en(true);
         let mut config = TraceConfig { num_ranges: NUM_ADDR_RANGES, ..TraceConfig::default() };
+        let mut rtit = RtitConfig::user_default();
         let mut out = PathBuf::from("pttrace-out");
         let mut truth = false;
         let mut ranges = 0usize;
@@ -118,6 +173,7 @@ impl Options {
                 return err(format!("option '{arg}' has no value (expected key=value)\n{USAGE}"));
             };
             match key {
+                "trace" => {}
                 "out" => {
                     // QEMU turns a bare `out` into `out=on`; that is a forgotten value, not a name.
                     if v.is_empty() || v == "on" {
@@ -126,40 +182,78 @@ impl Options {
                     out = PathBuf::from(v);
                 }
                 "branch" => {
-                    ctl.set_branch_en(parse_bool(key, v)?);
+                    let on = parse_bool(key, v)?;
+                    if rtit_mode && !on {
+                        return err(
+                            "option 'branch': RTIT has no BranchEn, COFI packets are always on (accepted with trace=rtit: 1)"
+                                .into(),
+                        );
+                    }
+                    ctl.set_branch_en(on);
                 }
                 "noretcomp" => {
-                    ctl.set_dis_retc(parse_bool(key, v)?);
+                    let off = parse_bool(key, v)?;
+                    ctl.set_dis_retc(off);
+                    rtit.ctl.set_cmprs_ret(!off);
                 }
                 "tsc" => {
-                    ctl.set_tsc_en(parse_bool(key, v)?);
+                    let on = parse_bool(key, v)?;
+                    if rtit_mode {
+                        return Err(only_with(key, TraceKind::Pt, "RTIT has no TSC packet; its time is MTC, mtc=1"));
+                    }
+                    ctl.set_tsc_en(on);
                 }
                 "psb_period" => {
                     let n = parse_u64(key, v)?;
-                    if n > 15 || PSB_FREQ_BITMAP & (1 << n) == 0 {
-                        return err(format!(
-                            "option 'psb_period': {n} is not supported (accepted: 0..=5, CPUID.(14H,1):EBX[31:16] = {PSB_FREQ_BITMAP:#06x})"
-                        ));
+                    if rtit_mode {
+                        if n > RTIT_MAX_PKT_MASK {
+                            return err(format!(
+                                "option 'psb_period': {n} is not supported with trace=rtit (accepted: 0..=3, RTIT_PKT_CNT[17:16] Pkt_Mask)"
+                            ));
+                        }
+                        rtit.pkt_mask = n as u8;
+                    } else {
+                        if n > 15 || PSB_FREQ_BITMAP & (1 << n) == 0 {
+                            return err(format!(
+                                "option 'psb_period': {n} is not supported (accepted: 0..=5, CPUID.(14H,1):EBX[31:16] = {PSB_FREQ_BITMAP:#06x})"
+                            ));
+                        }
+                        ctl.set_psb_freq(n as u8);
                     }
-                    ctl.set_psb_freq(n as u8);
                 }
                 "mtc" => {
-                    ctl.set_mtc_en(parse_bool(key, v)?);
+                    let on = parse_bool(key, v)?;
+                    ctl.set_mtc_en(on);
+                    rtit.ctl.set_mtc_en(on);
                 }
                 "cyc" => {
-                    ctl.set_cyc_en(parse_bool(key, v)?);
+                    let on = parse_bool(key, v)?;
+                    ctl.set_cyc_en(on);
+                    rtit.ctl.set_cycle_acc(on);
                 }
                 "mtc_period" => {
                     let n = parse_u64(key, v)?;
-                    if n > 15 || MTC_PERIOD_BITMAP & (1 << n) == 0 {
-                        return err(format!(
-                            "option 'mtc_period': {n} is not supported (accepted: 0, 3, 6, 9; CPUID.(14H,1):EAX[31:16] = {MTC_PERIOD_BITMAP:#06x})"
-                        ));
+                    if rtit_mode {
+                        if n > RTIT_MAX_MTC_RANGE {
+                            return err(format!(
+                                "option 'mtc_period': {n} is not supported with trace=rtit (accepted: 0..=3, RTIT_CTL[15:14] MTC_Range)"
+                            ));
+                        }
+                        rtit.ctl.set_mtc_range(n as u8);
+                    } else {
+                        if n > 15 || MTC_PERIOD_BITMAP & (1 << n) == 0 {
+                            return err(format!(
+                                "option 'mtc_period': {n} is not supported (accepted: 0, 3, 6, 9; CPUID.(14H,1):EAX[31:16] = {MTC_PERIOD_BITMAP:#06x})"
+                            ));
+                        }
+                        ctl.set_mtc_freq(n as u8);
                     }
-                    ctl.set_mtc_freq(n as u8);
                 }
                 "cyc_thresh" => {
                     let n = parse_u64(key, v)?;
+                    if rtit_mode {
+                        return Err(only_with(key, TraceKind::Pt, "RTIT has no CycThresh"));
+                    }
                     if n > 15 || CYC_THRESH_BITMAP & (1 << n) == 0 {
                         return err(format!(
                             "option 'cyc_thresh': {n} is not supported (accepted: 0..=13; CPUID.(14H,1):EBX[15:0] = {CYC_THRESH_BITMAP:#06x})"
@@ -167,14 +261,32 @@ impl Options {
                     }
                     ctl.set_cyc_thresh(n as u8);
                 }
+                "less_pkts" => {
+                    let on = parse_bool(key, v)?;
+                    if !rtit_mode {
+                        return Err(only_with(key, TraceKind::Rtit, "RTIT_CTL[12] Less_Pkts has no Intel PT counterpart"));
+                    }
+                    rtit.ctl.set_less_pkts(on);
+                }
                 "filter" | "stop" => {
                     if ranges == NUM_ADDR_RANGES {
                         return err(format!(
                             "option '{key}': at most {NUM_ADDR_RANGES} filter/stop ranges (CPUID.(14H,1):EAX[2:0])"
                         ));
                     }
-                    config.addr[ranges] = parse_range(key, v)?;
-                    ctl.set_addr_cfg(ranges, if key == "filter" { AddrCfg::Filter } else { AddrCfg::TraceStop });
+                    let range = parse_range(key, v)?;
+                    if rtit_mode && range.b & LIP_ADDR_MASK == LIP_ADDR_MASK {
+                        // RANGEn's limit RTIT_LIP(n+2) is exclusive and holds bits 47:0 (§3.3.6).
+                        return err(format!(
+                            "option '{key}': with trace=rtit a range cannot end at {:#x} (its exclusive limit needs 49 bits)",
+                            range.b
+                        ));
+                    }
+                    config.addr[ranges] = range;
+                    let filter = key == "filter";
+                    ctl.set_addr_cfg(ranges, if filter { AddrCfg::Filter } else { AddrCfg::TraceStop });
+                    let what = if filter { RangeUse::Filter } else { RangeUse::TraceStop };
+                    rtit.set_range(ranges, range.a & LIP_ADDR_MASK, range.b & LIP_ADDR_MASK, what);
                     ranges += 1;
                 }
                 "truth" => truth = parse_bool(key, v)?,
@@ -182,7 +294,7 @@ impl Options {
             }
         }
         config.ctl = ctl;
-        Ok(Options { out, config, truth, raw })
+        Ok(Options { out, trace, config, rtit, truth, raw })
     }
 }
 
@@ -204,6 +316,9 @@ pub struct SystemOptions {
     /// Atom RTIT instead of Intel PT (`profile=silvermont`): CPUID family/model 06_4DH, no PT
     /// enumeration, the RTIT MSRs 760H-77DH (seed 002).
     pub rtit: bool,
+    /// Internal trace buffer and its drain (`buffer=`, `drain=`); None: packets reach the output
+    /// at every block boundary and never overflow.
+    pub buffer: Option<crate::pt::buffer_spec::BufferSpec>,
     pub raw: Vec<String>,
 }
 
@@ -213,7 +328,11 @@ pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma se
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
   truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth
   bts=0|1           Branch Trace Store and the Debug Store (CPUID.1 DS, IA32_DEBUGCTL, IA32_DS_AREA; default 1)
-  dtes64=0|1        CPUID.1:ECX[2] DTES64: 64-bit DS save area format in all modes (default 1)";
+  dtes64=0|1        CPUID.1:ECX[2] DTES64: 64-bit DS save area format in all modes (default 1)
+  buffer=BYTES      internal trace buffer of BYTES (64..1G, K/M suffix): packets wait there and
+                    overflow (OVF) when the drain cannot keep up; default: none
+  drain=B/N         with buffer=: drain B bytes per N instructions (deterministic; default 8/1)
+  drain=realtime:R  with buffer=: a background thread drains R bytes per second of wall time";
 
 impl SystemOptions {
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<SystemOptions, OptionError> {
@@ -224,8 +343,10 @@ impl SystemOptions {
             bts: true,
             dtes64: true,
             rtit: false,
+            buffer: None,
             raw: Vec::new(),
         };
+        let (mut buffer, mut drain) = (None, None);
         for arg in args {
             o.raw.push(arg.to_string());
             let Some((key, v)) = arg.split_once('=') else {
@@ -250,11 +371,18 @@ impl SystemOptions {
                 "truth" => o.truth = parse_bool(key, v)?,
                 "bts" => o.bts = parse_bool(key, v)?,
                 "dtes64" => o.dtes64 = parse_bool(key, v)?,
+                "buffer" => buffer = Some(v.to_string()),
+                "drain" => drain = Some(v.to_string()),
                 _ => return err(format!("unknown option '{key}'\n{SYSTEM_USAGE}")),
             }
         }
         if o.truth && o.out.is_none() {
             return err("option 'truth' needs out=DIR".into());
+        }
+        match (buffer, drain) {
+            (Some(b), d) => o.buffer = Some(crate::pt::buffer_spec::BufferSpec::parse(&b, d.as_deref()).map_err(OptionError)?),
+            (None, Some(_)) => return err("option 'drain' needs buffer=BYTES".into()),
+            (None, None) => {}
         }
         Ok(o)
     }
@@ -316,5 +444,54 @@ mod tests {
         assert!(SystemOptions::parse(["profile=skylake", "out=/tmp/x", "truth=1"]).is_ok());
         let three = Options::parse(["filter=1-2", "filter=3-4", "stop=5-6"]).unwrap_err().0;
         assert!(three.contains("at most 2"));
+    }
+
+    #[test]
+    fn trace_kind_defaults_to_pt_and_names_accepted_values() {
+        assert_eq!(Options::parse(["out=/tmp/x"]).unwrap().trace, TraceKind::Pt);
+        assert_eq!(Options::parse(["trace=pt"]).unwrap().trace, TraceKind::Pt);
+        assert_eq!(Options::parse(["trace=rtit"]).unwrap().trace, TraceKind::Rtit);
+        let e = Options::parse(["trace=lbr"]).unwrap_err().0;
+        assert!(e.contains("option 'trace'") && e.contains("accepted: pt, rtit"), "{e}");
+        assert!(Options::parse(["trace"]).unwrap_err().0.contains("no value"));
+    }
+
+    #[test]
+    fn rtit_defaults_are_perf_user_branch_tracing() {
+        let o = Options::parse(["trace=rtit"]).unwrap();
+        let c = o.rtit.ctl;
+        assert!(c.user() && !c.os() && c.cmprs_ret() && c.trace_active() && c.dest());
+        assert!(!c.trace_en(), "Trace_En is set when the thread starts");
+        assert!(!c.cycle_acc() && !c.mtc_en() && !c.sts_en() && !c.less_pkts() && !c.cr3_en());
+        assert_eq!(o.rtit.pkt_mask, 0);
+        assert!(o.rtit.edge_addresses().is_empty());
+    }
+
+    #[test]
+    fn rtit_terms_set_rtit_ctl_fields_in_any_order() {
+        let o = Options::parse(["noretcomp=1", "psb_period=3", "mtc=1", "mtc_period=2", "cyc=1", "less_pkts=1", "trace=rtit"])
+            .unwrap();
+        let c = o.rtit.ctl;
+        assert!(!c.cmprs_ret() && c.mtc_en() && c.cycle_acc() && c.less_pkts());
+        assert_eq!((c.mtc_range(), o.rtit.pkt_mask), (2, 3));
+        let o = Options::parse(["trace=rtit", "filter=0x401000-0x401fff", "stop=402000/0x10"]).unwrap();
+        assert_eq!(o.rtit.lip, [0x401000, 0x402000, 0x402000, 0x402010]);
+        assert_eq!(o.rtit.range_uses(), [RangeUse::Filter, RangeUse::TraceStop]);
+        // PT is unaffected by the RTIT-only fields.
+        assert!(!Options::parse(["noretcomp=0", "cyc=1"]).unwrap().config.ctl.dis_retc());
+    }
+
+    #[test]
+    fn rtit_rejects_what_it_does_not_have() {
+        let e = |a: &[&str]| Options::parse(a.iter().copied()).unwrap_err().0;
+        assert!(e(&["trace=rtit", "psb_period=4"]).contains("accepted: 0..=3"));
+        assert!(e(&["trace=rtit", "mtc_period=9"]).contains("accepted: 0..=3"));
+        assert!(e(&["branch=0", "trace=rtit"]).contains("accepted with trace=rtit: 1"));
+        assert!(Options::parse(["trace=rtit", "branch=1"]).is_ok());
+        assert!(e(&["trace=rtit", "tsc=1"]).contains("option 'tsc' needs trace=pt"));
+        assert!(e(&["trace=rtit", "cyc_thresh=2"]).contains("option 'cyc_thresh' needs trace=pt"));
+        assert!(e(&["less_pkts=1"]).contains("option 'less_pkts' needs trace=rtit"));
+        assert!(e(&["trace=rtit", "less_pkts=2"]).contains("not a boolean"));
+        assert!(e(&["trace=rtit", "filter=0xffffffffffff0000-0xffffffffffffffff"]).contains("cannot end at"));
     }
 }

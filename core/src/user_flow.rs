@@ -12,13 +12,124 @@
 //!
 //! QEMU ends a translation block at every COFI, so only a block's last instruction can change the
 //! flow, and the next block's PC is that instruction's outcome.
+//!
+//! The sequencer drives any [`UserTracer`]: the Intel PT [`Tracer`] and the Atom RTIT
+//! [`RtitStream`] receive the same events.
 
 use crate::insn_class::{BranchKind, ClassifiedInsn, FarKind};
 use crate::pt::tracer::{AsyncKind, Context, Tracer};
+use crate::rtit::setup::RtitStream;
 
 /// A ring-0 address standing for "somewhere in the kernel". It is never emitted: with User-only
-/// tracing every transfer into the kernel produces a TIP.PGD with the IP suppressed.
+/// tracing every transfer into the kernel produces a TIP.PGD with the IP suppressed (RTIT:
+/// FUP.PGD with the user NLIP and no TIP).
 pub const KERNEL_ENTRY: u64 = 0xffff_ffff_8100_0000;
+
+/// The kernel's return to user mode (SYSRET/IRET, 3 bytes with REX.W) as an instruction address:
+/// RTIT attributes a FUP.PCC after an instruction to its NLIP; never emitted otherwise.
+pub const KERNEL_EXIT: u64 = KERNEL_ENTRY + 0x1000;
+const KERNEL_EXIT_NLIP: u64 = KERNEL_EXIT + 3;
+
+/// The retirement events of a user-mode thread, as [`UserFlow`] produces them.
+pub trait UserTracer {
+    /// Turn tracing on while the thread is still in the kernel (as perf does at exec/clone).
+    fn start_in_kernel(&mut self);
+    /// The instruction at `ip` (NLIP `nlip`) of class `kind` retired; execution continues at
+    /// `next` in the same context.
+    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64);
+    /// The far-transfer instruction at `ip` retired into context `to` at `next`.
+    fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context);
+    /// INT n at `ip` trapped to `handler` in context `to`.
+    fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context);
+    /// An asynchronous interrupt (a signal) with `resume_ip` the next instruction that would have
+    /// executed, delivered to `handler` in context `to`.
+    fn interrupt(&mut self, resume_ip: u64, handler: u64, to: Context);
+    /// End of the thread's trace: write out what is pending.
+    fn finish(&mut self);
+    /// The clock behind timing packets.
+    fn set_tsc(&mut self, tsc: u64);
+    /// Bytes generated and not yet taken.
+    fn output_len(&self) -> usize;
+    /// Take the bytes generated so far.
+    fn take_output(&mut self) -> Vec<u8>;
+    /// (bytes, packets, PSBs) generated so far.
+    fn totals(&self) -> (u64, u64, u64);
+}
+
+impl UserTracer for Tracer {
+    fn start_in_kernel(&mut self) {
+        Tracer::far_transfer(self, FarKind::Syscall, KERNEL_ENTRY, Context::KERNEL64);
+        self.enable(KERNEL_ENTRY);
+    }
+    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
+        Tracer::branch(self, ip, nlip, kind, next)
+    }
+    fn far_transfer(&mut self, _ip: u64, _nlip: u64, kind: FarKind, next: u64, to: Context) {
+        Tracer::far_transfer(self, kind, next, to)
+    }
+    fn software_interrupt(&mut self, ip: u64, _nlip: u64, handler: u64, to: Context) {
+        self.async_event(AsyncKind::SoftwareInterrupt { ip }, handler, to)
+    }
+    fn interrupt(&mut self, resume_ip: u64, handler: u64, to: Context) {
+        self.async_event(AsyncKind::Interrupt { resume_ip }, handler, to)
+    }
+    fn finish(&mut self) {
+        Tracer::finish(self)
+    }
+    fn set_tsc(&mut self, tsc: u64) {
+        Tracer::set_tsc(self, tsc)
+    }
+    fn output_len(&self) -> usize {
+        self.output().len()
+    }
+    fn take_output(&mut self) -> Vec<u8> {
+        Tracer::take_output(self)
+    }
+    fn totals(&self) -> (u64, u64, u64) {
+        let s = self.stats();
+        (s.bytes, s.packets, s.psbs)
+    }
+}
+
+/// RTIT: the FUP.PGD of a transfer into the kernel carries the NLIP of the user instruction
+/// (Table 1), so the flow reports instruction lengths; the kernel's own return instruction is at
+/// [`KERNEL_EXIT`].
+impl UserTracer for RtitStream {
+    fn start_in_kernel(&mut self) {
+        self.tracer.set_context(Context::KERNEL64);
+        // The configuration was accepted when the stream was programmed; enabling only sets
+        // Trace_En in the same value.
+        let _ = self.config.enable(&mut self.tracer, KERNEL_ENTRY, &mut self.out);
+    }
+    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
+        self.tracer.branch(ip, nlip, kind, next)
+    }
+    fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
+        self.tracer.far_transfer(ip, nlip, kind, next, to)
+    }
+    fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
+        self.tracer.software_interrupt(ip, nlip, handler, to)
+    }
+    fn interrupt(&mut self, resume_ip: u64, handler: u64, to: Context) {
+        self.tracer.async_event(AsyncKind::Interrupt { resume_ip }, handler, to)
+    }
+    fn finish(&mut self) {
+        self.tracer.finish()
+    }
+    fn set_tsc(&mut self, tsc: u64) {
+        self.tracer.set_tsc(tsc)
+    }
+    fn output_len(&self) -> usize {
+        RtitStream::output_len(self)
+    }
+    fn take_output(&mut self) -> Vec<u8> {
+        RtitStream::take_output(self)
+    }
+    fn totals(&self) -> (u64, u64, u64) {
+        let s = self.tracer.stats();
+        (s.bytes, s.packets, s.psbs)
+    }
+}
 
 /// What the tracer needs to know about the last instruction of an executed block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +190,7 @@ pub struct FlowStats {
     pub unexplained: u64,
 }
 
-/// Per-thread sequencer in front of a `Tracer`.
+/// Per-thread sequencer in front of a [`UserTracer`].
 #[derive(Clone, Debug)]
 pub struct UserFlow {
     pos: Position,
@@ -112,28 +223,27 @@ impl UserFlow {
     /// Start tracing a thread: TraceEn is set while the thread is still in the kernel (as perf
     /// does at exec/clone), so the stream starts with PSB+ and the first user instruction gets a
     /// TIP.PGE.
-    pub fn start(&mut self, tracer: &mut Tracer) {
-        tracer.far_transfer(FarKind::Syscall, KERNEL_ENTRY, Context::KERNEL64);
-        tracer.enable(KERNEL_ENTRY);
+    pub fn start<T: UserTracer + ?Sized>(&mut self, tracer: &mut T) {
+        tracer.start_in_kernel();
         self.pos = Position::Kernel;
     }
 
     /// A block starting at `pc` is about to execute; `end` describes its last instruction.
-    pub fn block(&mut self, tracer: &mut Tracer, pc: u64, end: BlockEnd, probe: &mut impl SignalProbe) {
+    pub fn block<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, pc: u64, end: BlockEnd, probe: &mut impl SignalProbe) {
         self.stats.blocks += 1;
         match self.pos {
-            Position::Kernel => tracer.far_transfer(FarKind::Sysret, pc, Context::USER64),
+            Position::Kernel => tracer.far_transfer(KERNEL_EXIT, KERNEL_EXIT_NLIP, FarKind::Sysret, pc, Context::USER64),
             Position::After(prev) => self.resolve(tracer, prev, pc, probe),
         }
         self.pos = Position::After(end);
     }
 
-    fn resolve(&mut self, tracer: &mut Tracer, prev: BlockEnd, pc: u64, probe: &mut impl SignalProbe) {
+    fn resolve<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: BlockEnd, pc: u64, probe: &mut impl SignalProbe) {
         let last = prev.last;
         if prev.enters_kernel() {
             self.stats.kernel_entries += 1;
             self.enter_kernel(tracer, prev);
-            tracer.far_transfer(FarKind::Sysret, pc, Context::USER64);
+            tracer.far_transfer(KERNEL_EXIT, KERNEL_EXIT_NLIP, FarKind::Sysret, pc, Context::USER64);
             return;
         }
         if prev.last.rep_string && pc == last.ip {
@@ -147,8 +257,8 @@ impl UserFlow {
                 // Nothing explains the transition: report it as an interrupt at the fall-through
                 // so the stream stays decodable, and count it.
                 self.stats.unexplained += 1;
-                tracer.async_event(AsyncKind::Interrupt { resume_ip: last.nlip() }, KERNEL_ENTRY, Context::KERNEL64);
-                tracer.far_transfer(FarKind::Iret, pc, Context::USER64);
+                tracer.interrupt(last.nlip(), KERNEL_ENTRY, Context::KERNEL64);
+                tracer.far_transfer(KERNEL_EXIT, KERNEL_EXIT_NLIP, FarKind::Iret, pc, Context::USER64);
             }
             Some(resume) => {
                 self.stats.signals += 1;
@@ -157,20 +267,17 @@ impl UserFlow {
                 if prev.explains(resume) && !(prev.last.rep_string && resume == last.ip) {
                     tracer.branch(last.ip, last.nlip(), last.kind, resume);
                 }
-                tracer.async_event(AsyncKind::Interrupt { resume_ip: resume }, KERNEL_ENTRY, Context::KERNEL64);
-                tracer.far_transfer(FarKind::Iret, pc, Context::USER64);
+                tracer.interrupt(resume, KERNEL_ENTRY, Context::KERNEL64);
+                tracer.far_transfer(KERNEL_EXIT, KERNEL_EXIT_NLIP, FarKind::Iret, pc, Context::USER64);
             }
         }
     }
 
-    fn enter_kernel(&mut self, tracer: &mut Tracer, prev: BlockEnd) {
+    fn enter_kernel<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: BlockEnd) {
+        let (ip, nlip) = (prev.last.ip, prev.last.nlip());
         match prev.last.kind {
-            BranchKind::SoftwareInterrupt => tracer.async_event(
-                AsyncKind::SoftwareInterrupt { ip: prev.last.ip },
-                KERNEL_ENTRY,
-                Context::KERNEL64,
-            ),
-            BranchKind::Far(kind) => tracer.far_transfer(kind, KERNEL_ENTRY, Context::KERNEL64),
+            BranchKind::SoftwareInterrupt => tracer.software_interrupt(ip, nlip, KERNEL_ENTRY, Context::KERNEL64),
+            BranchKind::Far(kind) => tracer.far_transfer(ip, nlip, kind, KERNEL_ENTRY, Context::KERNEL64),
             _ => {}
         }
     }
@@ -178,16 +285,12 @@ impl UserFlow {
     /// The thread ends (exit, exit_group, or the process is torn down). A pending SYSCALL enters
     /// the kernel for good; a block that ended without a COFI is interrupted at its fall-through.
     /// A branch whose outcome was never observed produces nothing.
-    pub fn finish(&mut self, tracer: &mut Tracer) {
+    pub fn finish<T: UserTracer + ?Sized>(&mut self, tracer: &mut T) {
         if let Position::After(prev) = self.pos {
             if prev.enters_kernel() {
                 self.enter_kernel(tracer, prev);
             } else if matches!(prev.last.kind, BranchKind::None) {
-                tracer.async_event(
-                    AsyncKind::Interrupt { resume_ip: prev.last.nlip() },
-                    KERNEL_ENTRY,
-                    Context::KERNEL64,
-                );
+                tracer.interrupt(prev.last.nlip(), KERNEL_ENTRY, Context::KERNEL64);
             }
         }
         self.pos = Position::Kernel;
@@ -263,6 +366,53 @@ mod tests {
         f.block(&mut t, 0x401000, jcc, &mut probe);
         f.block(&mut t, 0x40100a, end(0x40100a, 1, BranchKind::Return, false), &mut probe);
         assert_eq!(asked, 0);
+    }
+
+    /// The packets of an RTIT stream as "NAME ADDR" (PSB alone), from the RTIT packet dump.
+    fn rtit_packets(bytes: &[u8]) -> Vec<String> {
+        let text = crate::rtit::decode::dump(bytes, false, crate::rtit::errata::Errata::default());
+        text.lines()
+            .filter_map(|l| {
+                let t: Vec<&str> = l.split_whitespace().collect();
+                let k = t.iter().position(|w| w.starts_with("FUP") || w.starts_with("TIP") || *w == "PSB")?;
+                Some(if t[k] == "PSB" { "PSB".to_string() } else { format!("{} {}", t[k], t[k + 1]) })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rtit_user_transitions_are_fup_pgd_with_the_nlip_and_fup_pge() {
+        use crate::rtit::setup::{RtitConfig, RtitStream};
+        let mut t = RtitStream::new(RtitConfig::user_default(), crate::rtit::RtitOptions::default(), Context::KERNEL64, KERNEL_ENTRY)
+            .unwrap();
+        let mut f = UserFlow::default();
+        f.start(&mut t);
+        f.block(&mut t, 0x401000, end(0x401005, 2, BranchKind::Far(FarKind::Syscall), false), &mut no_signal);
+        f.block(&mut t, 0x401007, end(0x401010, 2, BranchKind::IndirectJump, false), &mut no_signal);
+        // A signal whose frame says the jmp had gone to 0x401020: TIP, then the interrupt.
+        let mut signal = |pc: u64| (pc == 0x402000).then_some(0x401020);
+        f.block(&mut t, 0x402000, end(0x402005, 1, BranchKind::SoftwareInterrupt, false), &mut signal);
+        f.block(&mut t, 0x402006, end(0x402010, 2, BranchKind::Far(FarKind::Syscall), false), &mut no_signal);
+        f.finish(&mut t);
+        assert_eq!(f.stats().signals, 1);
+        assert_eq!(
+            rtit_packets(&t.take_output()),
+            [
+                "PSB",
+                // First user instruction; SYSCALL: FUP.PGD with its NLIP (Table 1), no TIP.
+                "FUP.PGE 0x401000",
+                "FUP.PGD 0x401007",
+                "FUP.PGE 0x401007",
+                // The interrupted jmp's TIP, the interrupt at the resume IP, the handler.
+                "TIP 0x401020",
+                "FUP.PGD 0x401020",
+                "FUP.PGE 0x402000",
+                // INT3 traps with its NLIP; the exit SYSCALL ends the stream.
+                "FUP.PGD 0x402006",
+                "FUP.PGE 0x402006",
+                "FUP.PGD 0x402012",
+            ]
+        );
     }
 
     #[test]

@@ -177,6 +177,10 @@ struct Vcpu {
     native_max_leaf: u32,
     /// Blocks since the guest TSC was last sampled (see `on_block`).
     blocks_since_tsc: u32,
+    /// Instruction count at the last drain credit (deterministic internal-buffer drain).
+    credited_insns: u64,
+    /// Drain credit from the real-time drainer thread (`drain=realtime:`).
+    credit: Option<pttrace_core::pt::internal_buffer::DrainCredit>,
     /// The value last stored in this vCPU's `need_block_cb` slot.
     block_cb_flag: Option<bool>,
     truth: Option<Vec<u8>>,
@@ -220,6 +224,8 @@ pub struct Shared {
     need_block_cb: BlockCallbackNeeded,
     /// Per-vCPU count of instructions of the blocks started, added inline (no callback).
     insns: BlockCallbackNeeded,
+    /// Background thread granting drain bandwidth from the wall clock (`drain=realtime:`).
+    drainer: Option<pttrace_core::pt::internal_buffer::RealTimeDrainer>,
     /// `-icount shift=N`: QEMU's TSC is virtual time, 2^N ns per instruction; the plugin's clock
     /// then counts instructions too, so timing packets are deterministic.
     icount_shift: Option<u32>,
@@ -324,7 +330,13 @@ impl Shared {
         let caps = self.opts.caps;
         let v = Vcpu {
             index: vcpu,
-            tracer: Tracer::new(TraceConfig { num_ranges: caps.num_addr_ranges as usize, ..TraceConfig::default() }, Context::KERNEL64),
+            tracer: {
+                let t = Tracer::new(TraceConfig { num_ranges: caps.num_addr_ranges as usize, ..TraceConfig::default() }, Context::KERNEL64);
+                match self.opts.buffer.and_then(|b| b.config().ok()) {
+                    Some(cfg) => t.with_internal_buffer(cfg),
+                    None => t,
+                }
+            },
             flow: SystemFlow::default(),
             msrs: RtitMsrs::default(),
             pmu: ArchPmu::default(),
@@ -346,6 +358,8 @@ impl Shared {
             pc_delta: 0,
             native_max_leaf: 0x14,
             blocks_since_tsc: 0,
+            credited_insns: 0,
+            credit: self.drainer.as_ref().map(|d| d.credit()),
             block_cb_flag: None,
             truth: self.opts.truth.then(Vec::new),
         };
@@ -551,8 +565,24 @@ impl Shared {
         }
     }
 
+    /// Drain credit for the internal buffer (issue 7): instructions retired since the last credit
+    /// (deterministic) or the bandwidth the drainer thread granted (real time).
+    fn credit_drain(&self, v: &mut Vcpu) {
+        if self.opts.buffer.is_none() {
+            return;
+        }
+        if let Some(c) = v.credit.as_mut() {
+            v.tracer.credit_from(c);
+        } else {
+            let now = qemu_plugin::qemu_plugin_u64_get(self.insns.0, v.index);
+            v.tracer.credit(now.wrapping_sub(v.credited_insns));
+            v.credited_insns = now;
+        }
+    }
+
     /// Hand the generated packets to the output unit (guest memory) and the host mirror.
     fn drain(&self, v: &mut Vcpu) {
+        self.credit_drain(v);
         if let Some(r) = v.rtit.as_mut() {
             // The RTIT internal buffer goes to its output region at every block boundary (no
             // overflow unless an internal buffer size is configured); the host copy mirrors
@@ -1030,35 +1060,36 @@ impl Shared {
 
     fn at_exit(&self) {
         for slot in self.vcpus.iter() {
-            if let Some(v) = slot.lock().as_ref() {
-                let st = v.bts.stats();
-                if st.records + st.full + st.unwritable + st.filtered > 0 {
-                    eprintln!(
-                        "pttrace: vCPU {} BTS: {} records written, {} DS interrupts, {} filtered by CPL, {} not written (buffer full, BTINT=1), {} not written (DS area or buffer unmapped)",
-                        v.index, st.records, st.pmis, st.filtered, st.full, st.unwritable
-                    );
-                }
-            }
-        }
-        let Some(out) = &self.out else { return };
-        for slot in self.vcpus.iter() {
             let mut guard = slot.lock();
-            if let Some(v) = guard.as_mut() {
-                v.tracer.finish();
-                out.send(FileKey::Pt(v.index + 1), v.tracer.take_output());
-                if let Some(r) = v.rtit.as_mut() {
-                    let bytes = r.take_generated_bytes();
-                    if !bytes.is_empty() {
-                        out.send(FileKey::Rtit(v.index + 1), bytes);
-                    }
-                }
-                if let Some(t) = v.truth.take() {
-                    out.send(FileKey::Truth(v.index + 1), t);
+            let Some(v) = guard.as_mut() else { continue };
+            // Everything still in the tracer (TNT bits, the internal buffer) is flushed.
+            v.tracer.finish();
+            if let Some(st) = v.tracer.buffer_stats() {
+                eprintln!("pttrace: vCPU {} internal buffer: {st}", v.index);
+            }
+            let st = v.bts.stats();
+            if st.records + st.full + st.unwritable + st.filtered > 0 {
+                eprintln!(
+                    "pttrace: vCPU {} BTS: {} records written, {} DS interrupts, {} filtered by CPL, {} not written (buffer full, BTINT=1), {} not written (DS area or buffer unmapped)",
+                    v.index, st.records, st.pmis, st.filtered, st.full, st.unwritable
+                );
+            }
+            let Some(out) = &self.out else { continue };
+            out.send(FileKey::Pt(v.index + 1), v.tracer.take_output());
+            if let Some(r) = v.rtit.as_mut() {
+                let bytes = r.take_generated_bytes();
+                if !bytes.is_empty() {
+                    out.send(FileKey::Rtit(v.index + 1), bytes);
                 }
             }
+            if let Some(t) = v.truth.take() {
+                out.send(FileKey::Truth(v.index + 1), t);
+            }
         }
-        if let Err(e) = out.sync() {
-            eprintln!("pttrace: host copy of the trace incomplete: {e}");
+        if let Some(out) = &self.out {
+            if let Err(e) = out.sync() {
+                eprintln!("pttrace: host copy of the trace incomplete: {e}");
+            }
         }
     }
 }
@@ -1139,6 +1170,22 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
         }
         None => None,
     };
+    let drainer = match opts.buffer.map(|b| b.drain) {
+        Some(pttrace_core::pt::buffer_spec::DrainSpec::RealTime { bytes_per_sec }) => Some(
+            pttrace_core::pt::internal_buffer::RealTimeDrainer::spawn(
+                pttrace_core::pt::internal_buffer::WallClock::new(),
+                bytes_per_sec,
+                std::time::Duration::from_micros(100),
+            )
+            .unwrap_or_else(|e| fail(&format!("cannot start the drainer thread: {e}"))),
+        ),
+        _ => None,
+    };
+    if let Some(b) = opts.buffer {
+        if let Err(e) = b.config() {
+            fail(&e);
+        }
+    }
     let shared = Shared {
         opts,
         out,
@@ -1155,6 +1202,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
             offset: 0,
         }),
         icount_shift: icount_shift(),
+        drainer,
         tsc_offset: AtomicU64::new(0),
     };
     if SHARED.set(shared).is_err() {

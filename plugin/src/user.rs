@@ -1,13 +1,16 @@
-//! User mode (`qemu-x86_64`): one PT stream per guest thread, written to host files.
+//! User mode (`qemu-x86_64`): one trace stream per guest thread (Intel PT, or Atom RTIT with
+//! `trace=rtit`), written to host files.
 
 use crate::guest;
 use crate::output::{FileKey, Output};
 use crate::{fail, forked_child, guarded, FORKED_CHILD};
 use parking_lot::{Mutex, RwLock};
 use pttrace_core::insn_class::{classify, BranchKind, ClassifiedInsn};
-use pttrace_core::options::Options;
+use pttrace_core::options::{Options, TraceKind};
 use pttrace_core::pt::tracer::{Context, Tracer};
-use pttrace_core::user_flow::{BlockEnd, UserFlow};
+use pttrace_core::rtit::setup::RtitStream;
+use pttrace_core::rtit::RtitOptions;
+use pttrace_core::user_flow::{BlockEnd, UserFlow, UserTracer, KERNEL_ENTRY};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, RegisterDescriptor, TranslationBlock, VCPUIndex};
 use std::collections::HashMap;
@@ -26,11 +29,20 @@ struct BlockInfo {
     pc: u64,
     n_insns: u64,
     end: BlockEnd,
+    /// RTIT range bases/limits at instructions after the block's first (reached sequentially
+    /// inside the block: `RtitTracer::linear`); empty without RTIT ranges.
+    edges: Box<[u64]>,
+}
+
+/// The trace hardware of one thread.
+enum ThreadTracer {
+    Pt(Tracer),
+    Rtit(RtitStream),
 }
 
 struct VcpuTrace {
     thread: u32,
-    tracer: Tracer,
+    tracer: ThreadTracer,
     flow: UserFlow,
     /// Retired instructions of this thread: the clock behind TSC packets (one tick per
     /// instruction, deterministic).
@@ -47,6 +59,9 @@ struct SignalAction {
 
 pub struct Shared {
     opts: Options,
+    /// trace=rtit with filter/stop ranges: the RTIT_LIPn addresses whose sequential execution
+    /// signals a range edge (empty otherwise, so blocks carry no edge list).
+    rtit_edges: Vec<u64>,
     out: Output,
     vcpus: Box<[Mutex<Option<VcpuTrace>>]>,
     next_thread: AtomicU32,
@@ -87,12 +102,26 @@ impl Shared {
         let mut guard = slot.lock();
         let Some(v) = guard.as_mut() else { return };
         v.icount += info.n_insns;
-        v.tracer.set_tsc(v.icount);
         let rsp = v.rsp.as_ref();
         let mut probe = |pc: u64| self.signal_resume_ip(pc, rsp);
-        v.flow.block(&mut v.tracer, info.pc, info.end, &mut probe);
-        if v.tracer.output().len() >= HANDOFF_BYTES {
-            self.out.send(FileKey::Pt(v.thread), v.tracer.take_output());
+        match &mut v.tracer {
+            ThreadTracer::Pt(t) => {
+                t.set_tsc(v.icount);
+                v.flow.block(t, info.pc, info.end, &mut probe);
+                if t.output().len() >= HANDOFF_BYTES {
+                    self.out.send(FileKey::Pt(v.thread), t.take_output());
+                }
+            }
+            ThreadTracer::Rtit(r) => {
+                r.tracer.set_tsc(v.icount);
+                v.flow.block(r, info.pc, info.end, &mut probe);
+                for &ip in info.edges.iter() {
+                    r.tracer.linear(ip);
+                }
+                if r.output_len() >= HANDOFF_BYTES {
+                    self.out.send(FileKey::Rtit(v.thread), r.take_output());
+                }
+            }
         }
     }
 
@@ -144,9 +173,24 @@ impl Shared {
             return;
         };
         let thread = self.next_thread.fetch_add(1, Ordering::Relaxed);
-        let mut tracer = Tracer::new(self.opts.config, Context::KERNEL64);
         let mut flow = UserFlow::default();
-        flow.start(&mut tracer);
+        let tracer = match self.opts.trace {
+            TraceKind::Pt => {
+                let mut t = Tracer::new(self.opts.config, Context::KERNEL64);
+                flow.start(&mut t);
+                ThreadTracer::Pt(t)
+            }
+            TraceKind::Rtit => {
+                // The MSR values were accepted once at install.
+                let Ok(mut r) = RtitStream::new(self.opts.rtit, RtitOptions::default(), Context::KERNEL64, KERNEL_ENTRY)
+                else {
+                    eprintln!("pttrace: RTIT MSR programming refused; thread {thread} is not traced");
+                    return;
+                };
+                flow.start(&mut r);
+                ThreadTracer::Rtit(r)
+            }
+        };
         let rsp = qemu_plugin::qemu_plugin_get_registers()
             .ok()
             .and_then(|regs| regs.into_iter().find(|r| r.name == "rsp"));
@@ -179,20 +223,24 @@ impl Shared {
     }
 
     fn finish(&self, mut v: VcpuTrace) {
-        v.flow.finish(&mut v.tracer);
-        self.out.send(FileKey::Pt(v.thread), v.tracer.take_output());
-        self.out.close(FileKey::Pt(v.thread));
+        let key = v.tracer.key(v.thread);
+        let (bytes, packets, psbs) = {
+            let t = v.tracer.as_user_tracer();
+            v.flow.finish(t);
+            self.out.send(key, t.take_output());
+            t.totals()
+        };
+        self.out.close(key);
         if let Some(buf) = v.truth.take() {
             self.out.send(FileKey::Truth(v.thread), buf);
             self.out.close(FileKey::Truth(v.thread));
         }
-        let s = v.tracer.stats();
         let f = v.flow.stats();
         let mut t = self.totals.lock();
         t.threads += 1;
-        t.bytes += s.bytes;
-        t.packets += s.packets;
-        t.psbs += s.psbs;
+        t.bytes += bytes;
+        t.packets += packets;
+        t.psbs += psbs;
         t.blocks += f.blocks;
         t.signals += f.signals;
         t.unexplained += f.unexplained;
@@ -216,9 +264,10 @@ impl Shared {
         let sync = self.out.sync();
         let t = self.totals.lock();
         eprintln!(
-            "pttrace: {} thread(s), {} PT bytes, {} packets, {} PSBs, {} blocks, {} signals{} -> {}",
+            "pttrace: {} thread(s), {} {} bytes, {} packets, {} PSBs, {} blocks, {} signals{} -> {}",
             t.threads,
             t.bytes,
+            if self.opts.trace == TraceKind::Rtit { "RTIT" } else { "PT" },
             t.packets,
             t.psbs,
             t.blocks,
@@ -251,10 +300,16 @@ impl Shared {
         });
         let pc = tb.vaddr();
         self.record_code(pc, code);
+        let edges: Box<[u64]> = if self.rtit_edges.is_empty() {
+            Box::default()
+        } else {
+            insns.iter().skip(1).map(|(ip, _)| *ip).filter(|ip| self.rtit_edges.contains(ip)).collect()
+        };
         let info = Arc::new(BlockInfo {
             pc,
             n_insns: insns.len() as u64,
             end: BlockEnd { last },
+            edges,
         });
         tb.register_execute_callback_flags(
             move |vcpu| {
@@ -289,10 +344,12 @@ impl Shared {
         for (i, slot) in self.vcpus.iter().enumerate() {
             let mut guard = slot.lock();
             let Some(v) = guard.as_mut() else { continue };
+            let key = v.tracer.key(v.thread);
+            let t = v.tracer.as_user_tracer();
             if i == vcpu as usize {
-                v.flow.finish(&mut v.tracer);
+                v.flow.finish(t);
             }
-            self.out.send(FileKey::Pt(v.thread), v.tracer.take_output());
+            self.out.send(key, t.take_output());
             if let Some(buf) = v.truth.as_mut() {
                 self.out.send(FileKey::Truth(v.thread), std::mem::take(buf));
             }
@@ -374,6 +431,23 @@ impl Shared {
     }
 }
 
+impl ThreadTracer {
+    fn key(&self, thread: u32) -> FileKey {
+        match self {
+            ThreadTracer::Pt(_) => FileKey::Pt(thread),
+            ThreadTracer::Rtit(_) => FileKey::Rtit(thread),
+        }
+    }
+
+    /// For the cold paths (thread end, execve); the block callback matches on the kind once.
+    fn as_user_tracer(&mut self) -> &mut dyn UserTracer {
+        match self {
+            ThreadTracer::Pt(t) => t,
+            ThreadTracer::Rtit(r) => r,
+        }
+    }
+}
+
 /// `fmt::Write` over a byte buffer (hex formatting without allocation).
 pub(crate) struct HexLine<'a>(pub(crate) &'a mut Vec<u8>);
 
@@ -407,7 +481,22 @@ fn write_meta(opts: &Options, binary: &str) -> std::io::Result<()> {
     let _ = writeln!(m, "format=pttrace-1");
     let _ = writeln!(m, "mode=user");
     m.push_str(binary);
-    let _ = writeln!(m, "rtit_ctl={:#x}", opts.config.ctl.0 | 1);
+    let _ = writeln!(m, "trace={}", opts.trace.name());
+    match opts.trace {
+        // IA32_RTIT_CTL (570H) with TraceEn.
+        TraceKind::Pt => {
+            let _ = writeln!(m, "rtit_ctl={:#x}", opts.config.ctl.0 | 1);
+        }
+        // The Atom RTIT MSRs (768H RTIT_CTL with Trace_En, 76CH RTIT_EVENTS, 760H-763H
+        // RTIT_LIP0-3, RTIT_PKT_CNT[17:16]); the decoder needs RTIT_CTL[1] Cycle_Acc.
+        TraceKind::Rtit => {
+            let r = &opts.rtit;
+            let _ = writeln!(m, "rtit_ctl={:#x}", r.ctl_enabled().0);
+            let _ = writeln!(m, "rtit_events={:#x}", r.events.0);
+            let _ = writeln!(m, "rtit_lip={:#x},{:#x},{:#x},{:#x}", r.lip[0], r.lip[1], r.lip[2], r.lip[3]);
+            let _ = writeln!(m, "rtit_pkt_mask={}", r.pkt_mask);
+        }
+    }
     let _ = writeln!(m, "options={}", opts.raw.join(","));
     let mut f = std::fs::File::create(opts.out.join("meta.txt"))?;
     f.write_all(m.as_bytes())
@@ -426,7 +515,8 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
     if let Ok(rd) = std::fs::read_dir(&opts.out) {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if (name.starts_with("thread-") && (name.ends_with(".pt") || name.ends_with(".truth")))
+            if (name.starts_with("thread-")
+                && (name.ends_with(".pt") || name.ends_with(".rtit") || name.ends_with(".truth")))
                 || name == "code.img"
             {
                 let _ = std::fs::remove_file(e.path());
@@ -439,10 +529,17 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
             opts.out.join("meta.txt").display()
         ));
     }
+    if opts.trace == TraceKind::Rtit
+        && RtitStream::new(opts.rtit, RtitOptions::default(), Context::KERNEL64, KERNEL_ENTRY).is_err()
+    {
+        fail("trace=rtit: the RTIT MSR values derived from the options are refused by RTIT_CTL/RTIT_EVENTS/RTIT_LIPn");
+    }
     let out = Output::start(&opts.out)
         .unwrap_or_else(|e| fail(&format!("cannot start writer thread: {e}")));
     out.send(FileKey::Code, b"PTCODE1\n".to_vec());
+    let rtit_edges = if opts.trace == TraceKind::Rtit { opts.rtit.edge_addresses() } else { Vec::new() };
     let shared = Shared {
+        rtit_edges,
         opts,
         out,
         vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),

@@ -10,9 +10,10 @@ use crate::dump::{dump_file_libipt, DumpOptions, DumpOutcome};
 use crate::dump_core::dump_with_core;
 use crate::error::{Result, ToolError, EXIT_FAIL, EXIT_OK, EXIT_USAGE};
 use crate::outdir::OutDir;
+use crate::rtit::{cmd_rtit_decode, cmd_rtit_dump};
 
 pub const USAGE: &str = "\
-pttrace - inspect and decode the Intel PT output of the pttrace QEMU plugin
+pttrace - inspect and decode the Intel PT / Atom RTIT output of the pttrace QEMU plugin
 
 USAGE:
     pttrace dump [--libipt [--raw]] FILE
@@ -32,7 +33,24 @@ USAGE:
         Decode every thread that has a DIR/thread-N.truth and compare it with
         the truth address by address. --context K prints K lines around the
         first mismatch (default 3, 0 = none). Exit 1 on any decode error,
-        mismatch or length difference.
+        mismatch or length difference. Atom RTIT traces (meta.txt trace=rtit,
+        or thread-N.rtit streams and no thread-N.pt) are decoded as by
+        rtit-decode.
+
+    pttrace rtit-dump [--cycle-acc] FILE
+        Print every packet of one Atom RTIT stream (e.g. DIR/thread-1.rtit)
+        with its offset and bytes; FUP/TIP with the full LIP. Cycle count
+        packets are parsed when RTIT_CTL[Cycle_Acc] was set: --cycle-acc, or
+        rtit_ctl= in the meta.txt next to FILE. Exit 1 if a packet does not
+        parse.
+
+    pttrace rtit-decode DIR [--thread N] [--summary]
+        Reconstruct the executed instructions of every DIR/thread-N.rtit
+        (RTIT decoder of pttrace-core, code from DIR/code.img, Cycle_Acc from
+        meta.txt rtit_ctl=) and print them as decode does: one address per
+        line (lowercase hex, no 0x), each thread preceded by a `thread N`
+        line; --thread N: only thread N, without the header line. The flow
+        before a decode error is printed; exit 1 if any stream had one.
 
     pttrace bts-expect TRUTH CODE.IMG --on A[,A..] --off B[,B..] [--user-from U] [--off-os] [--off-usr]
         Print the BTS records (\"from to\" in hex) a full-system run must have
@@ -67,6 +85,14 @@ enum Command {
         dir: PathBuf,
         opts: CompareOptions,
     },
+    RtitDump {
+        file: PathBuf,
+        cycle_acc: Option<bool>,
+    },
+    RtitDecode {
+        dir: PathBuf,
+        opts: DecodeOptions,
+    },
 }
 
 fn parse_u32(opt: &str, v: Option<OsString>) -> Result<u32> {
@@ -87,12 +113,13 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     if matches!(cmd.as_str(), "-h" | "--help" | "help") {
         return Ok(Command::Help);
     }
-    if !matches!(cmd.as_str(), "dump" | "decode" | "compare") {
+    if !matches!(cmd.as_str(), "dump" | "decode" | "compare" | "rtit-dump" | "rtit-decode") {
         return Err(usage_err(format!("unknown command {cmd:?}")));
     }
 
     let mut positional: Vec<OsString> = Vec::new();
     let (mut libipt, mut raw, mut summary) = (false, false, false);
+    let mut cycle_acc = None;
     let mut thread = None;
     let mut context = None;
     let mut only_positional = false;
@@ -105,8 +132,9 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                     (_, "--") => only_positional = true,
                     ("dump", "--libipt") => libipt = true,
                     ("dump", "--raw") => raw = true,
-                    ("decode", "--summary") => summary = true,
-                    ("decode" | "compare", "--thread") => thread = Some(parse_u32(o, it.next())?),
+                    ("decode" | "rtit-decode", "--summary") => summary = true,
+                    ("decode" | "compare" | "rtit-decode", "--thread") => thread = Some(parse_u32(o, it.next())?),
+                    ("rtit-dump", "--cycle-acc") => cycle_acc = Some(true),
                     ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
                     _ => return Err(usage_err(format!("{cmd}: unknown option {o:?}"))),
                 }
@@ -114,7 +142,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             _ => positional.push(a),
         }
     }
-    let what = if cmd == "dump" { "FILE" } else { "DIR" };
+    let what = if cmd.ends_with("dump") { "FILE" } else { "DIR" };
     if positional.len() != 1 {
         return Err(usage_err(if positional.is_empty() {
             format!("{cmd}: missing {what}")
@@ -138,6 +166,14 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             }
         }
         "decode" => Command::Decode {
+            dir: path,
+            opts: DecodeOptions {
+                thread,
+                summary_only: summary,
+            },
+        },
+        "rtit-dump" => Command::RtitDump { file: path, cycle_acc },
+        "rtit-decode" => Command::RtitDecode {
             dir: path,
             opts: DecodeOptions {
                 thread,
@@ -200,6 +236,17 @@ fn dispatch(cmd: Command) -> Result<i32> {
             let stdout = io::stdout();
             let mut out = BufWriter::new(stdout.lock());
             cmd_compare(&dir, &opts, &mut out)
+        }
+        Command::RtitDump { file, cycle_acc } => {
+            let stdout = io::stdout();
+            let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+            cmd_rtit_dump(&file, cycle_acc, &mut out)
+        }
+        Command::RtitDecode { dir, opts } => {
+            let dir = OutDir::open(&dir)?;
+            let stdout = io::stdout();
+            let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+            cmd_rtit_decode(&dir, &opts, &mut out)
         }
     }
 }

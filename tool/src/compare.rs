@@ -1,5 +1,6 @@
 //! `pttrace compare DIR`: decode every thread that has a `thread-N.truth`
-//! and compare the reconstructed instruction addresses with the truth.
+//! and compare the reconstructed instruction addresses with the truth
+//! (libipt for Intel PT, pttrace_core's RTIT decoder for Atom RTIT traces).
 
 use std::io::Write;
 use std::path::Path;
@@ -9,6 +10,7 @@ use crate::decode::{decode_to_vec, print_decode_error, print_load_warnings};
 use crate::error::{Result, ToolError, EXIT_FAIL, EXIT_OK};
 use crate::hexfmt::parse_hex;
 use crate::outdir::OutDir;
+use crate::rtit::decode_rtit;
 
 /// Parse a truth file: one hex address per line (optional `0x`), blank
 /// lines ignored. Errors name the offending line.
@@ -185,11 +187,13 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
     print_load_warnings(dir, &load.warnings);
     let code = Rc::new(code);
     let cpu = dir.cpu();
+    let rtit = dir.is_rtit();
+    let streams = if rtit { &dir.rtits } else { &dir.threads };
 
     // Threads with a trace but no truth are listed (in order) as skipped.
     let mut listed: Vec<u32> = threads.clone();
     if opts.thread.is_none() {
-        listed.extend(dir.threads.iter().filter(|n| !dir.truths.contains(n)));
+        listed.extend(streams.iter().filter(|n| !dir.truths.contains(n)));
         listed.sort_unstable();
     }
 
@@ -201,7 +205,14 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
             continue;
         }
         let truth = load_truth(&dir.truth_path(n))?;
-        let (decoded, errors) = if dir.threads.contains(&n) {
+        let (decoded, errors) = if rtit && streams.contains(&n) {
+            let trace = dir.read_rtit(n)?;
+            let d = decode_rtit(&trace, &code, dir);
+            if let Some(e) = &d.error {
+                eprintln!("pttrace: thread {n}: RTIT decode error: {e}");
+            }
+            (d.ips, u64::from(d.error.is_some()))
+        } else if !rtit && streams.contains(&n) {
             let trace = dir.read_pt(n)?;
             let mut printed = 0;
             let (ips, stats) = decode_to_vec(&trace, &code, cpu, |e| {
@@ -209,10 +220,8 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
             });
             (ips, stats.errors)
         } else {
-            eprintln!(
-                "pttrace: thread {n}: {} is missing",
-                dir.pt_path(n).display()
-            );
+            let path = if rtit { dir.rtit_path(n) } else { dir.pt_path(n) };
+            eprintln!("pttrace: thread {n}: {} is missing", path.display());
             (Vec::new(), 1)
         };
         let c = compare_addrs(&decoded, &truth);

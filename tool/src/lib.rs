@@ -10,6 +10,8 @@
 //! - [`dump`]: libipt packet dump (`pttrace dump --libipt`)
 //! - [`pkt_ffi`]: safe wrapper over libipt's `pt_pkt_*` (via libipt-sys)
 //! - [`dump_core`]: `pttrace dump` (to be served by `pttrace_core::pt::dump`)
+//! - [`rtit`]: Atom RTIT streams with pttrace_core's RTIT decoder (`pttrace rtit-dump`,
+//!   `pttrace rtit-decode`, and `pttrace compare` on RTIT traces)
 //! - [`cli`]: argument parsing and dispatch
 
 pub mod bts_expect;
@@ -24,3 +26,4 @@ pub mod hexfmt;
 pub mod insn_ffi;
 pub mod outdir;
 pub mod pkt_ffi;
+pub mod rtit;

@@ -1,5 +1,5 @@
-//! The plugin's output directory: `meta.txt`, `thread-N.pt`, `thread-N.truth`,
-//! `code.img`, `maps.txt`.
+//! The plugin's output directory: `meta.txt`, `thread-N.pt` (Intel PT) or `thread-N.rtit`
+//! (Atom RTIT), `thread-N.truth`, `code.img`, `maps.txt`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -85,6 +85,8 @@ pub struct OutDir {
     pub threads: Vec<u32>,
     /// Thread numbers that have a `thread-N.truth`, ascending.
     pub truths: Vec<u32>,
+    /// Thread numbers that have a `thread-N.rtit` (Atom RTIT stream), ascending.
+    pub rtits: Vec<u32>,
 }
 
 /// `thread-N.<ext>` -> N (N must be a plain decimal number).
@@ -112,6 +114,7 @@ impl OutDir {
         let rd = std::fs::read_dir(path).map_err(|e| ToolError::io("cannot list", path, e))?;
         let mut threads = Vec::new();
         let mut truths = Vec::new();
+        let mut rtits = Vec::new();
         for ent in rd {
             let ent = ent.map_err(|e| ToolError::io("cannot list", path, e))?;
             let name = ent.file_name();
@@ -120,12 +123,16 @@ impl OutDir {
                 threads.push(n);
             } else if let Some(n) = thread_number(name, "truth") {
                 truths.push(n);
+            } else if let Some(n) = thread_number(name, "rtit") {
+                rtits.push(n);
             }
         }
         threads.sort_unstable();
         threads.dedup();
         truths.sort_unstable();
         truths.dedup();
+        rtits.sort_unstable();
+        rtits.dedup();
 
         let meta_path = path.join("meta.txt");
         let meta = match std::fs::read(&meta_path) {
@@ -138,7 +145,54 @@ impl OutDir {
             meta,
             threads,
             truths,
+            rtits,
         })
+    }
+
+    /// Is this an Atom RTIT trace? `trace=rtit` in meta.txt says so; without a `trace=` line,
+    /// `thread-N.rtit` streams and no `thread-N.pt` do.
+    pub fn is_rtit(&self) -> bool {
+        match self.meta.get("trace") {
+            Some(t) => t == "rtit",
+            None => !self.rtits.is_empty() && self.threads.is_empty(),
+        }
+    }
+
+    /// RTIT_CTL[1] Cycle_Acc of an RTIT trace, from meta.txt's `rtit_ctl=` (0 without one): the
+    /// packet parser must know whether cycle count packets follow (§4.2.15).
+    pub fn rtit_cycle_acc(&self) -> bool {
+        self.meta.get("rtit_ctl").and_then(parse_num).is_some_and(|ctl| ctl & 2 != 0)
+    }
+
+    /// The TraceStop ranges of an RTIT trace, from meta.txt's `rtit_events=` (TraceStop_Event_ID)
+    /// and `rtit_lip=LIP0,LIP1,LIP2,LIP3`: RANGE0 = [LIP0, LIP2), RANGE1 = [LIP1, LIP3) (§3.3.5).
+    pub fn rtit_stop_ranges(&self) -> [Option<(u64, u64)>; 2] {
+        use pttrace_core::rtit::msr::{EventId, RtitEvents};
+        let events = self.meta.get("rtit_events").and_then(parse_num).map(RtitEvents);
+        let lip: Vec<u64> = self
+            .meta
+            .get("rtit_lip")
+            .map(|l| l.split(',').filter_map(parse_num).collect())
+            .unwrap_or_default();
+        let (Some(events), [l0, l1, l2, l3]) = (events, lip.as_slice()) else {
+            return [None; 2];
+        };
+        let (r0, r1) = (Some((*l0, *l2)), Some((*l1, *l3)));
+        match events.stop_event() {
+            EventId::Range0 => [r0, None],
+            EventId::Range1 => [None, r1],
+            EventId::Range0Or1 => [r0, r1],
+            _ => [None; 2],
+        }
+    }
+
+    pub fn rtit_path(&self, n: u32) -> PathBuf {
+        self.path.join(format!("thread-{n}.rtit"))
+    }
+
+    pub fn read_rtit(&self, n: u32) -> Result<Vec<u8>> {
+        let p = self.rtit_path(n);
+        std::fs::read(&p).map_err(|e| ToolError::io("cannot read", &p, e))
     }
 
     pub fn pt_path(&self, n: u32) -> PathBuf {
@@ -181,6 +235,8 @@ mod tests {
         assert_eq!(thread_number("thread-+1.pt", "pt"), None);
         assert_eq!(thread_number("thread-1.pt~", "pt"), None);
         assert_eq!(thread_number("thread-1xpt", "pt"), None);
+        assert_eq!(thread_number("thread-3.rtit", "rtit"), Some(3));
+        assert_eq!(thread_number("thread-3.rtit", "pt"), None);
     }
 
     #[test]
@@ -192,6 +248,11 @@ mod tests {
         let m = Meta::parse("cpu=6/0x55/4\nformat=other\njunk\n");
         assert_eq!(m.cpu, Some((6, 0x55, 4)));
         assert_eq!(m.warnings.len(), 2);
+        let m = Meta::parse("trace=rtit\nrtit_ctl=0x290b\nrtit_events=0x0f\nrtit_lip=0x401000,0x402000,0x401100,0x402001\n");
+        let d = OutDir { path: PathBuf::new(), meta: m, threads: vec![], truths: vec![], rtits: vec![1] };
+        assert!(d.is_rtit() && d.rtit_cycle_acc());
+        // Filter_Event_ID 111b (always on), TraceStop_Event_ID 001b (RANGE1).
+        assert_eq!(d.rtit_stop_ranges(), [None, Some((0x402000, 0x402001))]);
         let m = Meta::parse("cpu=6/300/4");
         assert_eq!(m.cpu, None);
         assert_eq!(m.warnings.len(), 1);

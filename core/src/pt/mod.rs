@@ -1,4 +1,5 @@
 //! Intel Processor Trace (SDM Vol. 3C chapter 33 in recent editions).
+pub mod buffer_spec;
 pub mod caps;
 pub mod decode;
 pub mod dump;

@@ -14,11 +14,20 @@
 //! FUP.FAR + TIP per far transfer, and stops at FUP.PGD: after the instruction whose NLIP the
 //! FUP.PGD carries, or before the instruction at the FUP's address (asynchronous events report the
 //! resume IP or the faulting instruction, Table 1).
+//!
+//! TraceStop carries no IP. "The TNT buffer is not drained on a TraceStop action ... the RTIT
+//! analyzer may need to manually read out the contents of RTIT_TNT_BUFF" (§4.2.11): the tracer's
+//! `finish` writes that content as a TNT packet after the TraceStop, and the decoder takes a TNT
+//! right after a TraceStop (no PSB between) as the results that preceded it. Where execution
+//! stopped is the analyzer's knowledge of its TraceStop ranges ([`FlowOptions::stop_ranges`]):
+//! the walker follows the instructions that need no packet up to the first one the TraceStop
+//! event fires at (a taken transfer into a range, or the range base reached sequentially,
+//! §3.3.5). Without ranges it stops where the last packet left it.
 
 use std::fmt::{self, Write as _};
 
 use super::errata::Errata;
-use super::lip::{canonical, LastLip, LipError};
+use super::lip::{canonical, LastLip, LipError, LIP_MASK};
 use super::packet::{FupKind, Lip, Packet};
 use crate::insn_class::{classify, BranchKind};
 
@@ -297,11 +306,14 @@ pub struct FlowOptions {
     /// Most instructions walked without consuming a packet before giving up (a loop without
     /// branches that need packets cannot be resolved).
     pub max_walk: usize,
+    /// The ranges RTIT_EVENTS[TraceStop_Event_ID] selects, as (base, limit) = (RTIT_LIPn,
+    /// RTIT_LIP(n+2)), the limit exclusive (§3.3.5): where a TraceStop happened.
+    pub stop_ranges: [Option<(u64, u64)>; 2],
 }
 
 impl Default for FlowOptions {
     fn default() -> Self {
-        FlowOptions { cycle_acc: false, bitness: 64, errata: Errata::default(), max_walk: 1 << 20 }
+        FlowOptions { cycle_acc: false, bitness: 64, errata: Errata::default(), max_walk: 1 << 20, stop_ranges: [None; 2] }
     }
 }
 
@@ -377,9 +389,13 @@ fn items(packets: &[Decoded], errata: Errata) -> Result<Vec<(usize, Item)>, Flow
         let lip_err = |error| FlowError::Lip { offset: at, error };
         match d.packet {
             Packet::Tnt { bits, count } => {
+                // RTIT_TNT_BUFF as it was at a TraceStop (§4.2.11, see the module notes): the
+                // results belong before the TraceStop.
+                let stop = if matches!(out.last(), Some((_, Item::Stop))) { out.pop() } else { None };
                 for k in (0..count).rev() {
                     out.push((at, Item::Tnt(bits >> k & 1 != 0)));
                 }
+                out.extend(stop);
             }
             Packet::Tip(lip) => {
                 let ip = canonical(last.expand_update(lip).map_err(lip_err)?);
@@ -428,6 +444,8 @@ struct Walker<'c, C: CodeImage + ?Sized> {
     code: &'c C,
     opts: FlowOptions,
     last_call: Option<u64>,
+    /// The last CALL before a PSB cleared `last_call` (see [`Walker::peek`]).
+    call_before_psb: Option<u64>,
     events: Vec<FlowEvent>,
 }
 
@@ -436,7 +454,17 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
     fn peek(&mut self) -> Option<(usize, Item)> {
         while let Some(&(at, item)) = self.items.get(self.i) {
             match item {
-                Item::Psb => self.last_call = None,
+                // A PSB clears RTIT_LAST_CALL_NLIP (§3.3.14) when it is generated, but the partial
+                // TNT is not sent before a PSB (§4.2.2): results recorded before it, a compressed
+                // RET among them, can arrive in the TNT after it. The walker passes over a PSB
+                // as soon as the packet before it is used, i.e. at the earliest moment; a RET
+                // compressed with no CALL since then belongs before the PSB and returns to the
+                // CALL remembered here.
+                Item::Psb => {
+                    if let Some(c) = self.last_call.take() {
+                        self.call_before_psb = Some(c);
+                    }
+                }
                 Item::Pip { cr3, pg } => self.events.push(FlowEvent::Paging { cr3, pg }),
                 _ => return Some((at, item)),
             }
@@ -466,9 +494,19 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
         classify(&buf[..n.min(15)], ip, self.opts.bitness).ok_or(FlowError::NoCode { ip })
     }
 
-    fn run(mut self) -> Result<Vec<FlowEvent>, FlowError> {
+    /// Does the TraceStop event fire when execution continues at `ip`, reached by a taken
+    /// transfer or sequentially (§3.3.5)?
+    fn stops_at(&self, ip: u64, taken: bool) -> bool {
+        let ip = ip & LIP_MASK;
+        self.opts.stop_ranges.iter().flatten().any(|&(base, limit)| if taken { base <= ip && ip < limit } else { ip == base })
+    }
+
+    fn run(&mut self) -> Result<(), FlowError> {
         let mut ip: Option<u64> = None;
         let mut walked = 0usize;
+        // The current position was reached by a taken transfer.
+        let mut taken = false;
+        let has_stop_ranges = self.opts.stop_ranges.iter().any(Option::is_some);
         while let Some((_, item)) = self.peek() {
             let Some(cur) = ip else {
                 // Disabled: wait for FUP.PGE / FUP.BuffOvf.
@@ -477,11 +515,14 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
                     Item::Fup(FupKind::Pge, x) => {
                         self.events.push(FlowEvent::Enable { ip: x });
                         ip = Some(x);
+                        taken = false;
                     }
                     Item::Fup(FupKind::BuffOvf, x) => {
                         self.last_call = None;
+                        self.call_before_psb = None;
                         self.events.push(FlowEvent::Overflow { ip: x });
                         ip = Some(x);
+                        taken = false;
                     }
                     Item::Stop => self.events.push(FlowEvent::Stop),
                     // TNT left over from a TraceStop, the TIP after a FUP.PGD (rows 30, 31), ...
@@ -497,16 +538,19 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
                     self.i += 1;
                     self.events.push(FlowEvent::Enable { ip: x });
                     ip = Some(x);
+                    taken = false;
                     continue;
                 }
                 Item::Fup(FupKind::BuffOvf, x) => {
                     self.i += 1;
                     self.last_call = None;
+                    self.call_before_psb = None;
                     self.events.push(FlowEvent::Overflow { ip: x });
                     ip = Some(x);
+                    taken = false;
                     continue;
                 }
-                Item::Stop => {
+                Item::Stop if !has_stop_ranges || self.stops_at(cur, taken) => {
                     self.i += 1;
                     self.events.push(FlowEvent::Stop);
                     ip = None;
@@ -519,6 +563,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
                         // An interrupt at its resume IP, or a fault at the faulting instruction.
                         self.i += 1;
                         ip = self.transfer(kind, x)?;
+                        taken = true;
                         walked = 0;
                         continue;
                     }
@@ -537,6 +582,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
                 BranchKind::DirectJump { target } => target,
                 BranchKind::DirectCall { target } => {
                     self.last_call = Some(nlip);
+                    self.call_before_psb = None;
                     target
                 }
                 BranchKind::Conditional { target } => {
@@ -551,6 +597,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
                     walked = 0;
                     if insn.kind == BranchKind::IndirectCall {
                         self.last_call = Some(nlip);
+                        self.call_before_psb = None;
                     }
                     match self.take(cur, "a TIP")? {
                         Item::Tip(t) => t,
@@ -560,7 +607,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
                 BranchKind::Return => {
                     walked = 0;
                     match self.take(cur, "a TNT result or a TIP")? {
-                        Item::Tnt(true) => match self.last_call {
+                        Item::Tnt(true) => match self.last_call.or(self.call_before_psb) {
                             Some(n) => n,
                             None => return Err(self.mismatch(cur, "a TIP (no call to return to)", Item::Tnt(true))),
                         },
@@ -580,6 +627,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
                                 return Err(self.mismatch(cur, "FUP.FAR with the NLIP", item));
                             }
                             ip = self.transfer(kind, x)?;
+                            taken = true;
                             continue;
                         }
                         other => return Err(self.mismatch(cur, "FUP.FAR or FUP.PGD", other)),
@@ -587,6 +635,8 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
                 }
             };
             ip = Some(next);
+            // As the tracer's range edges see it: every COFI but a not-taken Jcc is taken.
+            taken = next != nlip || !matches!(insn.kind, BranchKind::None | BranchKind::AlwaysFaults | BranchKind::Conditional { .. });
             // FUP.PGD with the NLIP of the instruction that just retired.
             if let Some((_, Item::Fup(FupKind::Pgd, x))) = self.peek() {
                 if x == nlip {
@@ -596,7 +646,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
                 }
             }
         }
-        Ok(self.events)
+        Ok(())
     }
 
     /// FUP.FAR (then the TIP) or FUP.PGD (then maybe the TIP) at `from`; returns the new IP.
@@ -624,7 +674,49 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
 pub fn reconstruct(bytes: &[u8], code: &(impl CodeImage + ?Sized), opts: FlowOptions) -> Result<Vec<FlowEvent>, FlowError> {
     let packets = parse_all(bytes, opts.cycle_acc).map_err(FlowError::Packet)?;
     let items = items(&packets, opts.errata)?;
-    Walker { items, i: 0, code, opts, last_call: None, events: Vec::new() }.run()
+    let mut w = Walker { items, i: 0, code, opts, last_call: None, call_before_psb: None, events: Vec::new() };
+    w.run()?;
+    Ok(w.events)
+}
+
+/// [`reconstruct`] that keeps what was reconstructed before the first error: the flow up to
+/// the error, and the error (a packet error ends the flow where the bad packet starts).
+pub fn reconstruct_partial(
+    bytes: &[u8],
+    code: &(impl CodeImage + ?Sized),
+    opts: FlowOptions,
+) -> (Vec<FlowEvent>, Option<FlowError>) {
+    let mut packets = Vec::new();
+    let mut pending = None;
+    for d in PacketParser::new(bytes, opts.cycle_acc) {
+        match d {
+            Ok(d) => packets.push(d),
+            Err(e) => {
+                pending = Some(FlowError::Packet(e));
+                break;
+            }
+        }
+    }
+    // A LIP error ends the items at that packet.
+    let items = loop {
+        match items(&packets, opts.errata) {
+            Ok(items) => break items,
+            Err(e) => {
+                let FlowError::Lip { offset, .. } = e else { return (Vec::new(), Some(e)) };
+                packets.retain(|d| d.offset < offset);
+                pending = Some(e);
+            }
+        }
+    };
+    let mut w = Walker { items, i: 0, code, opts, last_call: None, call_before_psb: None, events: Vec::new() };
+    let walked = w.run();
+    let error = match walked {
+        // Running out of packets is the truncation's doing.
+        Err(FlowError::Mismatch { offset: usize::MAX, .. }) if pending.is_some() => pending,
+        Err(e) => Some(e),
+        Ok(()) => pending,
+    };
+    (w.events, error)
 }
 
 /// The instruction addresses of a reconstructed flow.
@@ -681,6 +773,87 @@ mod tests {
         // Without cycle-accurate mode 01H is an empty TNT.
         assert!(parse_all(&b, false).is_err());
         assert_eq!(find_psb(&[0x05, 0xC0, 0, 0, 0, 0, 0, 0, 0, 0], 0), Some(1));
+    }
+
+    /// 0x1000: six `jz +0`; 0x100c: `call 0x1020`; 0x1011: `syscall`; 0x1020: `jz +0`; `ret`.
+    fn psb_program(ip: u64, buf: &mut [u8]) -> usize {
+        let mut code = [0x90u8; 0x30];
+        for k in 0..6 {
+            code[2 * k..2 * k + 2].copy_from_slice(&[0x74, 0x00]);
+        }
+        code[0x0c..0x11].copy_from_slice(&[0xE8, 0x0F, 0x00, 0x00, 0x00]);
+        code[0x11..0x13].copy_from_slice(&[0x0F, 0x05]);
+        code[0x20..0x23].copy_from_slice(&[0x74, 0x00, 0xC3]);
+        let Some(off) = ip.checked_sub(0x1000).filter(|&o| o < 0x30) else { return 0 };
+        let n = buf.len().min(0x30 - off as usize);
+        buf[..n].copy_from_slice(&code[off as usize..off as usize + n]);
+        n
+    }
+
+    /// A PSB clears RTIT_LAST_CALL_NLIP when the tracer generates it, right after the packet
+    /// that crossed the Pkt_Mask threshold (§3.3.9, §3.3.14), not when the decoder next needs a
+    /// packet: the CALL between the PSB and the callee's `jz` must survive for the compressed
+    /// RET (the walker passes over PSBs after every instruction).
+    #[test]
+    fn psb_after_full_tnt_then_call_keeps_the_call_for_ret_compression() {
+        let mut b = Vec::new();
+        encode(&Packet::Psb, &mut b);
+        encode(&Packet::Fup { kind: FupKind::Pge, lip: Lip::full(0x1000) }, &mut b);
+        // The sixth jz fills the TNT; the PSB follows that packet.
+        encode(&Packet::Tnt { bits: 0, count: 6 }, &mut b);
+        encode(&Packet::Psb, &mut b);
+        // call (no packet, LAST_CALL_NLIP = 0x1011), jz not taken, ret compressed.
+        encode(&Packet::Tnt { bits: 0b01, count: 2 }, &mut b);
+        encode(&Packet::Fup { kind: FupKind::Pgd, lip: Lip::full(0x1013) }, &mut b);
+        let events = reconstruct(&b, &psb_program, FlowOptions::default()).unwrap();
+        let want = [0x1000, 0x1002, 0x1004, 0x1006, 0x1008, 0x100a, 0x100c, 0x1020, 0x1022, 0x1011];
+        assert_eq!(instructions(&events), want);
+    }
+
+    /// Regression (trace=rtit stop=insertion_sort in the corpus): the TNT results of the
+    /// conditional branches before a TraceStop stay in RTIT_TNT_BUFF (§4.2.11) and come after
+    /// the TraceStop packet; the decoder dropped them and ended the flow at the last packet, 20
+    /// instructions before the CALL into the stop range. The seed decides both halves: the TNT
+    /// is not drained, and the stop point is where the range is entered (§3.3.5).
+    #[test]
+    fn tnt_after_trace_stop_precedes_it_and_the_walk_reaches_the_stop_range() {
+        let mut b = Vec::new();
+        encode(&Packet::Psb, &mut b);
+        encode(&Packet::Fup { kind: FupKind::Pge, lip: Lip::full(0x1002) }, &mut b);
+        // Five jz (not taken), the CALL into [0x1020, 0x1021): TraceStop; finish() writes the
+        // undrained RTIT_TNT_BUFF afterwards.
+        encode(&Packet::TraceStop, &mut b);
+        encode(&Packet::Tnt { bits: 0, count: 5 }, &mut b);
+        let with_range = FlowOptions { stop_ranges: [None, Some((0x1020, 0x1021))], ..FlowOptions::default() };
+        let events = reconstruct(&b, &psb_program, with_range).unwrap();
+        assert_eq!(instructions(&events), [0x1002, 0x1004, 0x1006, 0x1008, 0x100a, 0x100c]);
+        assert_eq!(events.last(), Some(&FlowEvent::Stop));
+        // Without the ranges the analyzer only knows the stop came after the last result.
+        let events = reconstruct(&b, &psb_program, FlowOptions::default()).unwrap();
+        assert_eq!(instructions(&events), [0x1002, 0x1004, 0x1006, 0x1008, 0x100a]);
+        // A range the flow cannot reach without another packet is a decode error, not a guess.
+        let far = FlowOptions { stop_ranges: [Some((0x1022, 0x1023)), None], ..FlowOptions::default() };
+        assert!(matches!(reconstruct(&b, &psb_program, far), Err(FlowError::Mismatch { ip: 0x1020, .. })));
+    }
+
+    /// Regression (trace=rtit with mtc=1 on sigstorm in the corpus): five jz, the CALL, the
+    /// callee's jz (the sixth result: a full TNT goes out) and its compressed RET retire; then
+    /// an MTC crosses the Pkt_Mask threshold and the PSB clears RTIT_LAST_CALL_NLIP (§3.3.14).
+    /// The RET's result was still in the partial TNT, which a PSB does not flush (§4.2.2), so it
+    /// arrives after the PSB. The decoder forgot the CALL at the PSB and reported "no call to
+    /// return to".
+    #[test]
+    fn compressed_ret_recorded_before_a_psb_returns_to_the_call_before_it() {
+        let mut b = Vec::new();
+        encode(&Packet::Psb, &mut b);
+        encode(&Packet::Fup { kind: FupKind::Pge, lip: Lip::full(0x1002) }, &mut b);
+        encode(&Packet::Tnt { bits: 0, count: 6 }, &mut b);
+        encode(&Packet::Mtc { range: 0, tsc: 1 }, &mut b);
+        encode(&Packet::Psb, &mut b);
+        encode(&Packet::Tnt { bits: 1, count: 1 }, &mut b);
+        encode(&Packet::Fup { kind: FupKind::Pgd, lip: Lip::full(0x1013) }, &mut b);
+        let events = reconstruct(&b, &psb_program, FlowOptions::default()).unwrap();
+        assert_eq!(instructions(&events), [0x1002, 0x1004, 0x1006, 0x1008, 0x100a, 0x100c, 0x1020, 0x1022, 0x1011]);
     }
 
     #[test]

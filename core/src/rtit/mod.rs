@@ -12,6 +12,7 @@
 //! - [`output`]: the circular region in guest-physical memory.
 //! - [`decode`]: packet parser, packet printer and flow reconstruction from a code image.
 //! - [`errata`]: Appendix E, and the option that reproduces selected errata.
+//! - [`setup`]: programming the MSRs for a trace whose output is a host byte stream (user mode).
 
 pub mod decode;
 pub mod encode;
@@ -20,6 +21,7 @@ pub mod lip;
 pub mod msr;
 pub mod output;
 pub mod packet;
+pub mod setup;
 pub mod tracer;
 
 pub use tracer::{RtitOptions, RtitTracer};
