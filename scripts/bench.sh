@@ -30,14 +30,16 @@ if [ -n "$src" ] && [ -f "$src/bb.c" ]; then
   fi
 fi
 
-printf '%-12s %10s %10s %8s %9s %9s %12s %14s %10s\n' workload "plain(us)" "pt(us)" ratio "bb-cb" "bb-inl" "PT bytes" "bytes/branch" "peak RSS"
+printf '%-12s %10s %10s %8s %8s %8s %9s %9s %12s %14s %10s\n' workload "plain(us)" "pt(us)" "pt" "off" "rtit" "bb-cb" "bb-inl" "PT bytes" "bytes/branch" "peak RSS"
 # recursion: call-heavy; long_psb: branchy interpreter + LZ compressor; syscalls: syscall-heavy;
 # threads: 6 threads.
 for w in ${BENCH_WORKLOADS:-recursion long_psb syscalls threads}; do
-  plain=() traced=() fcb=() finl=()
+  plain=() traced=() fcb=() finl=() offr=() rtitr=()
   for _ in $(seq "$runs"); do
     plain+=("$(secs "$qemu_dir/qemu-x86_64" "$bin/$w")")
     traced+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w")")
+    offr+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,trace=off,out=$out/off-$w" "$bin/$w")")
+    rtitr+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,trace=rtit,out=$out/rtit-$w" "$bin/$w")")
     if [ -n "$floor_cb" ]; then
       fcb+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_cb" "$bin/$w")")
       finl+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_inline" "$bin/$w")")
@@ -57,9 +59,12 @@ for w in ${BENCH_WORKLOADS:-recursion long_psb syscalls threads}; do
   # Retired branches: the changes of flow in libipt's decoded flow (pttrace decode --summary).
   branches=$("$top/target/release/pttrace" decode "$out/$w" --summary 2>&1 | sed -n "s/.* \([0-9]*\) branches.*/\1/p" | awk '{ s += $1 } END { print s + 0 }')
   per=$(awk -v b="$bytes" -v n="$branches" 'BEGIN { if (n > 0) printf "%.3f", b / n; else print "n/a" }')
-  printf '%-12s %10s %10s %8s %9s %9s %12s %14s %9sK\n' "$w" "$p" "$t" "$(ratio "$t")" "$rcb" "$rinl" "$bytes" "$per" "$rss"
+  printf '%-12s %10s %10s %8s %8s %8s %9s %9s %12s %14s %9sK\n' "$w" "$p" "$t" "$(ratio "$t")" \
+    "$(ratio "$(printf '%s\n' "${offr[@]}" | median)")" "$(ratio "$(printf '%s\n' "${rtitr[@]}" | median)")" \
+    "$rcb" "$rinl" "$bytes" "$per" "$rss"
 done
-echo "(median of $runs runs each; ratio = with plugin tracing / without plugin; hardware PT: ~0.14 bytes/branch)"
+echo "(median of $runs runs each; ratios against no plugin: pt = Intel PT tracing (default options), off = plugin"
+echo " loaded with trace=off, rtit = Atom RTIT tracing; hardware PT: ~0.14 bytes/branch)"
 echo "(bb-cb / bb-inl: QEMU's bb.c test plugin with a C callback per block / inline counters: the floor of"
 echo " per-block callbacks and of inline-only instrumentation)"
 

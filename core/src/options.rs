@@ -22,6 +22,9 @@ pub enum TraceKind {
     Pt,
     /// Atom (Silvermont/Airmont) Real Time Instruction Trace: DIR/thread-N.rtit.
     Rtit,
+    /// Plugin loaded, nothing traced (no per-block instrumentation): the cost baseline of
+    /// `make bench`.
+    Off,
 }
 
 impl TraceKind {
@@ -29,6 +32,7 @@ impl TraceKind {
         match self {
             TraceKind::Pt => "pt",
             TraceKind::Rtit => "rtit",
+            TraceKind::Off => "off",
         }
     }
 }
@@ -44,7 +48,8 @@ const NUM_ADDR_RANGES: usize = 2;
 
 pub const USAGE: &str = "pttrace options (comma separated, key=value):
   out=DIR           output directory (created if missing; default ./pttrace-out)
-  trace=pt|rtit     Intel PT (DIR/thread-N.pt) or Atom RTIT (DIR/thread-N.rtit) (default pt)
+  trace=pt|rtit|off Intel PT (DIR/thread-N.pt) or Atom RTIT (DIR/thread-N.rtit) (default pt);
+                    off: plugin loaded, nothing instrumented or traced
   branch=0|1        COFI packets, IA32_RTIT_CTL.BranchEn (default 1; rtit: always 1)
   noretcomp=0|1     disable RET compression, IA32_RTIT_CTL.DisRETC (default 0; rtit: !RTIT_CTL.Cmprs_Ret)
   psb_period=N      PSB every 2K<<N bytes, N in 0..=5 (default 0; rtit: RTIT_PKT_CNT.Pkt_Mask, N in 0..=3)
@@ -56,7 +61,11 @@ pub const USAGE: &str = "pttrace options (comma separated, key=value):
   less_pkts=0|1     RTIT_CTL.Less_Pkts: timing packets only while PacketEn (default 0; rtit only)
   filter=A-B        trace only IPs in [A,B] (hex, inclusive); up to 2 filter/stop ranges
   stop=A-B          TraceStop range [A,B]
-  truth=0|1         also log every executed instruction (ground truth for tests)";
+  truth=0|1         also log every executed instruction (ground truth for tests)
+  buffer=BYTES      internal trace buffer (64..1G, K/M suffix) that overflows (OVF) when the drain
+                    cannot keep up (pt only; default: none)
+  drain=B/N         with buffer=: drain B bytes per N retired instructions (default 8/1);
+                    drain=realtime:R: a background thread drains R bytes per second";
 
 /// RTIT_PKT_CNT[17:16] Pkt_Mask: a PSB every 2K << N bytes for N in 0..=3 (§3.3.9).
 const RTIT_MAX_PKT_MASK: u64 = 3;
@@ -73,6 +82,8 @@ pub struct Options {
     /// The RTIT MSR values (trace=rtit).
     pub rtit: RtitConfig,
     pub truth: bool,
+    /// Internal trace buffer and drain (`buffer=`, `drain=`; Intel PT only).
+    pub buffer: Option<crate::pt::buffer_spec::BufferSpec>,
     /// The arguments as given (recorded in meta.txt).
     pub raw: Vec<String>,
 }
@@ -154,7 +165,8 @@ impl Options {
                 trace = match v {
                     "pt" => TraceKind::Pt,
                     "rtit" => TraceKind::Rtit,
-                    _ => return err(format!("option 'trace': '{v}' is not a trace kind (accepted: pt, rtit)")),
+                    "off" => TraceKind::Off,
+                    _ => return err(format!("option 'trace': '{v}' is not a trace kind (accepted: pt, rtit, off)")),
                 };
             }
         }
@@ -165,6 +177,7 @@ impl Options {
         let mut rtit = RtitConfig::user_default();
         let mut out = PathBuf::from("pttrace-out");
         let mut truth = false;
+        let (mut buffer_arg, mut drain_arg): (Option<String>, Option<String>) = (None, None);
         let mut ranges = 0usize;
         let mut raw = Vec::new();
         for arg in args {
@@ -290,11 +303,21 @@ impl Options {
                     ranges += 1;
                 }
                 "truth" => truth = parse_bool(key, v)?,
+                "buffer" | "drain" if rtit_mode => {
+                    return Err(only_with(key, TraceKind::Pt, "the RTIT model drains at every block"));
+                }
+                "buffer" => buffer_arg = Some(v.to_string()),
+                "drain" => drain_arg = Some(v.to_string()),
                 _ => return err(format!("unknown option '{key}'\n{USAGE}")),
             }
         }
         config.ctl = ctl;
-        Ok(Options { out, trace, config, rtit, truth, raw })
+        let buffer = match (buffer_arg, drain_arg) {
+            (Some(b), d) => Some(crate::pt::buffer_spec::BufferSpec::parse(&b, d.as_deref()).map_err(OptionError)?),
+            (None, Some(_)) => return err("option 'drain' needs buffer=BYTES".into()),
+            (None, None) => None,
+        };
+        Ok(Options { out, trace, config, rtit, truth, buffer, raw })
     }
 }
 

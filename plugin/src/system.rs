@@ -419,8 +419,12 @@ impl Shared {
                 0,
             );
         }
-        if let Some(first) = tb.instructions().next() {
-            // The block's instruction count, added when its first instruction starts.
+        let count_insns = self.icount_shift.is_some()
+            || host_tsc().is_none()
+            || matches!(self.opts.buffer.map(|b| b.drain), Some(pttrace_core::pt::buffer_spec::DrainSpec::PerInstructions { .. }));
+        if let Some(first) = tb.instructions().next().filter(|_| count_insns) {
+            // The block's instruction count, added when its first instruction starts (only when
+            // a clock or the drain model counts instructions: it costs every block).
             qemu_plugin::qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
                 first,
                 qemu_plugin::sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64,

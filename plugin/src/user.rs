@@ -48,6 +48,8 @@ struct VcpuTrace {
     /// instruction, deterministic).
     icount: u64,
     rsp: Option<RegisterDescriptor<'static>>,
+    /// Drain credit from the real-time drainer (`drain=realtime:`).
+    credit: Option<pttrace_core::pt::internal_buffer::DrainCredit>,
     truth: Option<Vec<u8>>,
     last_truth_ip: u64,
 }
@@ -74,6 +76,8 @@ pub struct Shared {
     maps: Mutex<Vec<String>>,
     totals: Mutex<Totals>,
     binary: OnceLock<String>,
+    /// Background thread granting drain bandwidth from the wall clock (`drain=realtime:`).
+    drainer: Option<pttrace_core::pt::internal_buffer::RealTimeDrainer>,
 }
 
 #[derive(Default)]
@@ -108,6 +112,14 @@ impl Shared {
             ThreadTracer::Pt(t) => {
                 t.set_tsc(v.icount);
                 v.flow.block(t, info.pc, info.end, &mut probe);
+                // Drain progress of the internal buffer (issue 7): the block's instructions
+                // (deterministic) or the drainer thread's grant.
+                if self.opts.buffer.is_some() {
+                    match v.credit.as_mut() {
+                        Some(c) => t.credit_from(c),
+                        None => t.credit(info.n_insns),
+                    }
+                }
                 if t.output().len() >= HANDOFF_BYTES {
                     self.out.send(FileKey::Pt(v.thread), t.take_output());
                 }
@@ -172,11 +184,18 @@ impl Shared {
             eprintln!("pttrace: vCPU {vcpu} exceeds the {MAX_VCPUS} the plugin can trace; it is not traced");
             return;
         };
+        if self.opts.trace == TraceKind::Off {
+            return;
+        }
         let thread = self.next_thread.fetch_add(1, Ordering::Relaxed);
         let mut flow = UserFlow::default();
         let tracer = match self.opts.trace {
+            TraceKind::Off => return,
             TraceKind::Pt => {
                 let mut t = Tracer::new(self.opts.config, Context::KERNEL64);
+                if let Some(cfg) = self.opts.buffer.and_then(|b| b.config().ok()) {
+                    t = t.with_internal_buffer(cfg);
+                }
                 flow.start(&mut t);
                 ThreadTracer::Pt(t)
             }
@@ -200,6 +219,7 @@ impl Shared {
             flow,
             icount: 0,
             rsp,
+            credit: self.drainer.as_ref().map(|d| d.credit()),
             truth: self.opts.truth.then(Vec::new),
             last_truth_ip: u64::MAX,
         };
@@ -231,6 +251,11 @@ impl Shared {
             t.totals()
         };
         self.out.close(key);
+        if let ThreadTracer::Pt(t) = &v.tracer {
+            if let Some(st) = t.buffer_stats() {
+                eprintln!("pttrace: thread {} internal buffer: {st}", v.thread);
+            }
+        }
         if let Some(buf) = v.truth.take() {
             self.out.send(FileKey::Truth(v.thread), buf);
             self.out.close(FileKey::Truth(v.thread));
@@ -282,6 +307,9 @@ impl Shared {
 
     pub(crate) fn translate(&self, tb: &TranslationBlock) {
         self.binary.get_or_init(binary_meta);
+        if self.opts.trace == TraceKind::Off {
+            return;
+        }
         let mut code = Vec::new();
         let mut insns: Vec<(u64, Vec<u8>)> = Vec::new();
         for insn in tb.instructions() {
@@ -496,6 +524,7 @@ fn write_meta(opts: &Options, binary: &str) -> std::io::Result<()> {
             let _ = writeln!(m, "rtit_lip={:#x},{:#x},{:#x},{:#x}", r.lip[0], r.lip[1], r.lip[2], r.lip[3]);
             let _ = writeln!(m, "rtit_pkt_mask={}", r.pkt_mask);
         }
+        TraceKind::Off => {}
     }
     let _ = writeln!(m, "options={}", opts.raw.join(","));
     let mut f = std::fs::File::create(opts.out.join("meta.txt"))?;
@@ -538,6 +567,22 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         .unwrap_or_else(|e| fail(&format!("cannot start writer thread: {e}")));
     out.send(FileKey::Code, b"PTCODE1\n".to_vec());
     let rtit_edges = if opts.trace == TraceKind::Rtit { opts.rtit.edge_addresses() } else { Vec::new() };
+    if let Some(b) = opts.buffer {
+        if let Err(e) = b.config() {
+            fail(&e);
+        }
+    }
+    let drainer = match opts.buffer.map(|b| b.drain) {
+        Some(pttrace_core::pt::buffer_spec::DrainSpec::RealTime { bytes_per_sec }) => Some(
+            pttrace_core::pt::internal_buffer::RealTimeDrainer::spawn(
+                pttrace_core::pt::internal_buffer::WallClock::new(),
+                bytes_per_sec,
+                std::time::Duration::from_micros(100),
+            )
+            .unwrap_or_else(|e| fail(&format!("cannot start the drainer thread: {e}"))),
+        ),
+        _ => None,
+    };
     let shared = Shared {
         rtit_edges,
         opts,
@@ -551,6 +596,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         maps: Mutex::new(Vec::new()),
         totals: Mutex::new(Totals::default()),
         binary: OnceLock::new(),
+        drainer,
     };
     if SHARED.set(shared).is_err() {
         fail("plugin loaded twice");
