@@ -107,10 +107,33 @@ for elf in "$bin"/t_*.elf; do
     # Deterministic model: the same guest with the same options gives the same bytes.
     # shellcheck disable=SC2086
     bash "$top/tests/guest/run.sh" "$elf" $qemu_extra -plugin "$plugin,${opts/out=$dir/out=$dir/again}" >/dev/null 2>&1
-    if ! cmp -s "$dir/thread-1.pt" "$dir/again/thread-1.pt"; then
+    same=1
+    for f in "$dir"/thread-*.pt "$dir"/thread-*.rtit; do
+      [ -e "$f" ] || continue
+      cmp -s "$f" "$dir/again/$(basename "$f")" || same=0
+    done
+    if [ $same = 0 ]; then
       echo "FAIL $name: a second run produced a different stream"; fail=1; continue
     fi
     mem_note="${mem_note:+$mem_note; }second run byte-identical"
+  fi
+  if grep -q '^// host-check: rtit-buffovf' "$top/tests/guest/$name.c"; then
+    nb=$("$tool" rtit-dump "$dir/thread-1.rtit" 2>/dev/null | grep -c -i 'BuffOvf')
+    if [ "$nb" -lt 1 ]; then
+      echo "FAIL $name: no FUP.BuffOvf in the RTIT stream"; fail=1; continue
+    fi
+    # The RTIT decoder resynchronises at each FUP.BuffOvf: its flow is an ordered subsequence of
+    # the ground truth.
+    "$tool" rtit-decode "$dir" --thread 1 >"$dir/decoded-1.txt" 2>"$dir/decode-1.err" || {
+      echo "FAIL $name: RTIT decode error: $(head -1 "$dir/decode-1.err")"; fail=1; continue; }
+    sub=$(awk 'NR == FNR { if ($1 !~ /^#/) t[++n] = $1; next }
+               { while (i < n && t[++i] != $1) ; if (t[i] != $1) { print "no"; exit } m++ }
+               END { if (m) print m }' "$dir/thread-1.truth" "$dir/decoded-1.txt")
+    if ! [ "$sub" -gt 0 ] 2>/dev/null; then
+      echo "FAIL $name: the RTIT-decoded flow is not a subsequence of the ground truth"; fail=1; continue
+    fi
+    echo "ok   $name: PASS in the guest${mem_note:+; $mem_note}; $nb FUP.BuffOvf in the stream; $sub decoded instructions = ordered subsequence of the ground truth"
+    continue
   fi
   if grep -q '^// host-check: decode' "$top/tests/guest/$name.c"; then
     # Every vCPU's complete stream (all sessions) decodes with libipt without an error.

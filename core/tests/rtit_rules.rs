@@ -309,6 +309,39 @@ mod rtit {
     }
 
     #[test]
+    fn partial_drains_store_the_oldest_bytes_and_the_overflow_clears_once_the_buffer_is_empty() {
+        let opts = RtitOptions { internal_buffer: Some(12), ..RtitOptions::default() };
+        let mut r = Rig::with(opts, RtitEvents::new(EventId::AlwaysOn, EventId::AlwaysOff), |_| {});
+        let mut mem = std::mem::take(&mut r.mem);
+        r.t.drain(&mut mem);
+        let start = r.t.rdmsr(RTIT_OFFSET).unwrap();
+        r.log();
+        r.t.take_generated_bytes();
+        for k in 0..6u64 {
+            r.t.branch(0x100 + 0x100 * k, 0x102 + 0x100 * k, BranchKind::IndirectJump, 0x200 + 0x100 * k);
+        }
+        assert!(r.t.overflow());
+        assert_eq!(r.log().len(), 4, "four 3-byte TIPs fit in 12 bytes");
+        let generated = r.t.take_generated_bytes();
+        let pending = r.t.pending_bytes().len();
+        assert_eq!(pending, generated.len());
+        // A drain of 4 bytes stores the 4 oldest ones at RTIT_OFFSET and advances it by 4.
+        assert_eq!(r.t.drain_up_to(&mut mem, 4), 4);
+        assert_eq!(r.t.rdmsr(RTIT_OFFSET), Some(start + 4));
+        assert_eq!(mem.bytes(0x10_0000 + start, 4), generated[..4].to_vec());
+        // Bytes are still waiting: the overflow holds at the next instruction.
+        r.t.branch(0x900, 0x902, BranchKind::IndirectJump, 0xA00);
+        assert!(r.t.overflow());
+        assert_eq!(r.log(), []);
+        // The rest drains; the next instruction clears the overflow with FUP.BuffOvf.
+        assert_eq!(r.t.drain_up_to(&mut mem, 1000), pending - 4);
+        assert_eq!(mem.bytes(0x10_0000 + start, pending), generated);
+        r.t.branch(0xA00, 0xA02, BranchKind::IndirectJump, 0xB00);
+        assert!(!r.t.overflow());
+        assert!(matches!(r.log()[..], [Packet::Fup { kind: FupKind::BuffOvf, .. }]), "FUP.BuffOvf");
+    }
+
+    #[test]
     fn a_full_tnt_that_overflows_goes_out_before_fup_buffovf_and_a_pending_stop_after() {
         let opts = RtitOptions { internal_buffer: Some(6), ..RtitOptions::default() };
         let mut r = Rig::with(opts, RtitEvents::new(EventId::AlwaysOn, EventId::Range0), |_| {});

@@ -382,6 +382,28 @@ impl RtitTracer {
         self.forced.clear();
     }
 
+    /// Store at most `max` bytes of the internal buffer in the output region (a drain with a
+    /// finite bandwidth; see `RtitOptions::internal_buffer`). Returns the bytes stored. Once the
+    /// buffer is empty, a buffer overflow can clear at the next instruction (§4.2.5 b).
+    pub fn drain_up_to(&mut self, mem: &mut impl GuestMemory, max: usize) -> usize {
+        let n = max.min(self.pending.len());
+        if n == 0 {
+            return 0;
+        }
+        if n == self.pending.len() {
+            self.drain(mem);
+            return n;
+        }
+        let forced: Vec<usize> = self.forced.iter().copied().filter(|&i| i < n).collect();
+        output::drain(&mut self.msrs, mem, &self.pending[..n], &forced);
+        self.pending.drain(..n);
+        self.forced.retain(|&i| i >= n);
+        for i in self.forced.iter_mut() {
+            *i -= n;
+        }
+        n
+    }
+
     // ---- packet generation ----
 
     /// Generate `p` (and its cycle count in cycle-accurate mode). Nothing is generated during a
