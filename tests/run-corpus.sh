@@ -101,6 +101,14 @@ rtit_variant noretcomp recursion noretcomp=1
 rtit_variant psb3_mtc_cyc long_psb psb_period=3 mtc=1 mtc_period=1 cyc=1
 rtit_variant less_pkts_sig sigstorm less_pkts=1 mtc=1 mtc_period=0 cyc=1
 rtit_variant psb1 threads psb_period=1
+# Errata reproduction (Appendix E): E1 (FUP.FAR inside the far-transfer instruction) and E5 (TIP
+# after FUP.BuffOvf) change the stream; the decoder's workarounds still give the exact flow.
+rtit_variant errata_e1_e5 syscalls errata=E1+E5
+if cmp -s "$out/rtit-variant-errata_e1_e5/thread-1.rtit" "$out/rtit-syscalls/thread-1.rtit"; then
+  echo "FAIL syscalls [trace=rtit,errata=E1+E5]: the stream is the same as without errata"; fail=1
+else
+  echo "ok   syscalls [trace=rtit,errata=E1+E5]: stream differs from the erratum-free one (E1 reproduced)"
+fi
 
 # Address ranges: the decoded flow must equal the ground truth up to the TraceStop, or the
 # ground truth restricted to the filter range (RTIT ranges are edge-triggered, §3.3.5: entered

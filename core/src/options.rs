@@ -62,6 +62,8 @@ pub const USAGE: &str = "pttrace options (comma separated, key=value):
   filter=A-B        trace only IPs in [A,B] (hex, inclusive); up to 2 filter/stop ranges
   stop=A-B          TraceStop range [A,B]
   truth=0|1         also log every executed instruction (ground truth for tests)
+  errata=E1+E5      Atom RTIT errata to reproduce for decoder testing (E1..E7 or all, '+'-separated;
+                    rtit only; default none)
   buffer=BYTES      internal trace buffer (64..1G, K/M suffix) that overflows (OVF) when the drain
                     cannot keep up (pt only; default: none)
   drain=B/N         with buffer=: drain B bytes per N retired instructions (default 8/1);
@@ -84,6 +86,8 @@ pub struct Options {
     pub truth: bool,
     /// Internal trace buffer and drain (`buffer=`, `drain=`; Intel PT only).
     pub buffer: Option<crate::pt::buffer_spec::BufferSpec>,
+    /// Atom RTIT errata to reproduce (`errata=E1+E5`, trace=rtit only; off by default).
+    pub errata: crate::rtit::errata::Errata,
     /// The arguments as given (recorded in meta.txt).
     pub raw: Vec<String>,
 }
@@ -99,6 +103,12 @@ impl std::fmt::Display for OptionError {
 
 fn err<T>(msg: String) -> Result<T, OptionError> {
     Err(OptionError(msg))
+}
+
+/// `errata=E1+E5` (`+`: QEMU splits plugin arguments at commas).
+fn parse_errata(v: &str) -> Result<crate::rtit::errata::Errata, OptionError> {
+    crate::rtit::errata::Errata::parse(&v.replace('+', ","))
+        .map_err(|e| OptionError(format!("option 'errata': {e} (accepted: E1..E7 or all, joined with '+')")))
 }
 
 fn parse_bool(key: &str, v: &str) -> Result<bool, OptionError> {
@@ -178,6 +188,7 @@ impl Options {
         let mut out = PathBuf::from("pttrace-out");
         let mut truth = false;
         let (mut buffer_arg, mut drain_arg): (Option<String>, Option<String>) = (None, None);
+        let mut errata = crate::rtit::errata::Errata::default();
         let mut ranges = 0usize;
         let mut raw = Vec::new();
         for arg in args {
@@ -303,6 +314,8 @@ impl Options {
                     ranges += 1;
                 }
                 "truth" => truth = parse_bool(key, v)?,
+                "errata" if rtit_mode => errata = parse_errata(v)?,
+                "errata" => return Err(only_with(key, TraceKind::Rtit, "the errata are those of the Atom RTIT reference, Appendix E")),
                 "buffer" | "drain" if rtit_mode => {
                     return Err(only_with(key, TraceKind::Pt, "the RTIT model drains at every block"));
                 }
@@ -317,7 +330,7 @@ impl Options {
             (None, Some(_)) => return err("option 'drain' needs buffer=BYTES".into()),
             (None, None) => None,
         };
-        Ok(Options { out, trace, config, rtit, truth, buffer, raw })
+        Ok(Options { out, trace, config, rtit, truth, buffer, errata, raw })
     }
 }
 
@@ -342,6 +355,8 @@ pub struct SystemOptions {
     /// Internal trace buffer and its drain (`buffer=`, `drain=`); None: packets reach the output
     /// at every block boundary and never overflow.
     pub buffer: Option<crate::pt::buffer_spec::BufferSpec>,
+    /// Atom RTIT errata to reproduce (`errata=`, with profile=silvermont).
+    pub errata: crate::rtit::errata::Errata,
     pub raw: Vec<String>,
 }
 
@@ -355,7 +370,8 @@ pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma se
   buffer=BYTES      internal trace buffer of BYTES (64..1G, K/M suffix): packets wait there and
                     overflow (OVF) when the drain cannot keep up; default: none
   drain=B/N         with buffer=: drain B bytes per N instructions (deterministic; default 8/1)
-  drain=realtime:R  with buffer=: a background thread drains R bytes per second of wall time";
+  drain=realtime:R  with buffer=: a background thread drains R bytes per second of wall time
+  errata=E1+E5      with profile=silvermont: Atom RTIT errata to reproduce (E1..E7, all; default none)";
 
 impl SystemOptions {
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<SystemOptions, OptionError> {
@@ -367,6 +383,7 @@ impl SystemOptions {
             dtes64: true,
             rtit: false,
             buffer: None,
+            errata: crate::rtit::errata::Errata::default(),
             raw: Vec::new(),
         };
         let (mut buffer, mut drain) = (None, None);
@@ -395,12 +412,16 @@ impl SystemOptions {
                 "bts" => o.bts = parse_bool(key, v)?,
                 "dtes64" => o.dtes64 = parse_bool(key, v)?,
                 "buffer" => buffer = Some(v.to_string()),
+                "errata" => o.errata = parse_errata(v)?,
                 "drain" => drain = Some(v.to_string()),
                 _ => return err(format!("unknown option '{key}'\n{SYSTEM_USAGE}")),
             }
         }
         if o.truth && o.out.is_none() {
             return err("option 'truth' needs out=DIR".into());
+        }
+        if o.errata != crate::rtit::errata::Errata::default() && !o.rtit {
+            return err("option 'errata' needs profile=silvermont (the errata are those of the Atom RTIT reference)".into());
         }
         match (buffer, drain) {
             (Some(b), d) => o.buffer = Some(crate::pt::buffer_spec::BufferSpec::parse(&b, d.as_deref()).map_err(OptionError)?),

@@ -348,7 +348,11 @@ impl Shared {
                 // With buffer=, the RTIT internal buffer has that capacity and overflows
                 // (RTIT_STATUS.Buffer_Overflow, FUP.BuffOvf: seed 002 §4.2.5) when the drain
                 // (drain=) cannot keep up.
-                let opts = RtitOptions { internal_buffer: self.opts.buffer.map(|b| b.capacity), ..RtitOptions::default() };
+                let opts = RtitOptions {
+                    internal_buffer: self.opts.buffer.map(|b| b.capacity),
+                    errata: self.opts.errata,
+                    ..RtitOptions::default()
+                };
                 let t = RtitTracer::new(opts, Context::KERNEL64);
                 if self.out.is_some() {
                     t.with_byte_log()

@@ -201,7 +201,7 @@ impl Shared {
             }
             TraceKind::Rtit => {
                 // The MSR values were accepted once at install.
-                let Ok(mut r) = RtitStream::new(self.opts.rtit, RtitOptions::default(), Context::KERNEL64, KERNEL_ENTRY)
+                let Ok(mut r) = RtitStream::new(self.opts.rtit, RtitOptions { errata: self.opts.errata, ..RtitOptions::default() }, Context::KERNEL64, KERNEL_ENTRY)
                 else {
                     eprintln!("pttrace: RTIT MSR programming refused; thread {thread} is not traced");
                     return;
