@@ -6,9 +6,16 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 qemu_dir=$(bash "$top/scripts/qemu.sh")
-bin=$top/target/corpus/bin
+bin=$top/target/bench/bin
 mkdir -p "$bin"
-bash "$top/tests/corpus/build.sh" "$bin" >/dev/null
+# Workloads (tests/bench/): calls = call-heavy loop, lz = LZ77 compressor + bytecode interpreter
+# (branchy integer code), sys = getppid loop (syscall-heavy); each runs ~0.5-0.8 s without a
+# plugin, so startup does not dominate. Plus the corpus' 6-thread program.
+for p in calls lz sys; do
+  [ "$bin/$p" -nt "$top/tests/bench/$p.c" ] || gcc -O2 -static -o "$bin/$p" "$top/tests/bench/$p.c"
+done
+bash "$top/tests/corpus/build.sh" "$top/target/corpus/bin" >/dev/null
+cp "$top/target/corpus/bin/threads" "$bin/threads"
 plugin=$top/target/release/libpttrace.so
 runs=${BENCH_RUNS:-7}
 out=$(mktemp -d)
@@ -31,18 +38,17 @@ if [ -n "$src" ] && [ -f "$src/bb.c" ]; then
 fi
 
 printf '%-12s %10s %10s %8s %8s %8s %9s %9s %12s %14s %10s\n' workload "plain(us)" "pt(us)" "pt" "off" "rtit" "bb-cb" "bb-inl" "PT bytes" "bytes/branch" "peak RSS"
-# recursion: call-heavy; long_psb: branchy interpreter + LZ compressor; syscalls: syscall-heavy;
-# threads: 6 threads.
-for w in ${BENCH_WORKLOADS:-recursion long_psb syscalls threads}; do
+declare -A args=([calls]=30000000 [lz]=16 [sys]=2000000 [threads]="")
+for w in ${BENCH_WORKLOADS:-calls lz sys threads}; do
   plain=() traced=() fcb=() finl=() offr=() rtitr=()
   for _ in $(seq "$runs"); do
-    plain+=("$(secs "$qemu_dir/qemu-x86_64" "$bin/$w")")
-    traced+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w")")
-    offr+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,trace=off,out=$out/off-$w" "$bin/$w")")
-    rtitr+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,trace=rtit,out=$out/rtit-$w" "$bin/$w")")
+    plain+=("$(secs "$qemu_dir/qemu-x86_64" "$bin/$w" ${args[$w]})")
+    traced+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w" ${args[$w]})")
+    offr+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,trace=off,out=$out/off-$w" "$bin/$w" ${args[$w]})")
+    rtitr+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,trace=rtit,out=$out/rtit-$w" "$bin/$w" ${args[$w]})")
     if [ -n "$floor_cb" ]; then
-      fcb+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_cb" "$bin/$w")")
-      finl+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_inline" "$bin/$w")")
+      fcb+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_cb" "$bin/$w" ${args[$w]})")
+      finl+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_inline" "$bin/$w" ${args[$w]})")
     fi
   done
   p=$(printf '%s\n' "${plain[@]}" | median)
@@ -53,7 +59,7 @@ for w in ${BENCH_WORKLOADS:-recursion long_psb syscalls threads}; do
     rcb=$(ratio "$(printf '%s\n' "${fcb[@]}" | median)")
     rinl=$(ratio "$(printf '%s\n' "${finl[@]}" | median)")
   fi
-  /usr/bin/time -o "$out/rss" -f '%M' "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w" >/dev/null 2>&1
+  /usr/bin/time -o "$out/rss" -f '%M' "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w" ${args[$w]} >/dev/null 2>&1
   rss=$(tail -1 "$out/rss")
   bytes=$(cat "$out/$w"/thread-*.pt | wc -c)
   # Retired branches: the changes of flow in libipt's decoded flow (pttrace decode --summary).
