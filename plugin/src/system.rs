@@ -1105,6 +1105,19 @@ impl Shared {
             if let Some(st) = v.tracer.buffer_stats() {
                 eprintln!("pttrace: vCPU {} internal buffer: {st}", v.index);
             }
+            if let Some(r) = v.rtit.as_ref() {
+                let st = r.stats();
+                eprintln!(
+                    "pttrace: vCPU {} RTIT: {} packets, {} bytes, {} PSBs, {} buffer overflows, {} packets dropped during overflows, {} bytes not yet drained",
+                    v.index,
+                    st.packets,
+                    st.bytes,
+                    st.psbs,
+                    st.overflows,
+                    st.dropped,
+                    r.pending_bytes().len()
+                );
+            }
             let st = v.bts.stats();
             if st.records + st.full + st.unwritable + st.filtered > 0 {
                 eprintln!(

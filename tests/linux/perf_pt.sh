@@ -29,6 +29,11 @@ test "$(perf script -i k.data --itrace=b -F ip 2>/dev/null | grep -c ffffffff)" 
 perf record -q -a -e intel_pt//u -o a.data -- calls 1000
 perf script -i a.data --itrace=e > a.err 2>&1; cat a.err; ! grep -q -i error a.err
 c=$(perf script -i a.data --itrace=b -F comm,ip,sym,addr 2>/dev/null | grep '^ *calls ' | grep -c ' main => *[0-9a-f]* pttrace_target$'); echo "calls from main into pttrace_target: $c"; test "$c" = 1000
+# Timing (issue 7): perf turns the trace's TSC/MTC/CYC into sample times with the kernel's TSC
+# conversion; they must be ordered and lie within the recording as the guest's clock saw it
+# (/proc/uptime before and after, 10 ms resolution, 50 ms tolerance), i.e. the plugin's TSC is the
+# guest's TSC. MTC (perf's default) and CYC are on.
+t0=$(cut -d' ' -f1 /proc/uptime); perf record -q -e intel_pt/cyc/u -o tm.data calls 1000; t1=$(cut -d' ' -f1 /proc/uptime); perf script -i tm.data --itrace=b -F time 2>/dev/null | tr -d ':' | awk -v lo="$t0" -v hi="$t1" '{ t = $1 + 0; if (!n++) first = t; if (t < last) back++; if (t < lo - 0.05 || t > hi + 0.05) out++; last = t } END { printf "%d branch samples, times %.6f..%.6f, %d backwards, %d outside [%s, %s]\n", n, first, last, back, out, lo, hi; exit (n < 1000 || back || out) }'
 # Address filter: only pttrace_target is traced (IA32_RTIT_ADDR0, FilterEn).
 perf record -q -e intel_pt//u --filter 'filter pttrace_target @ /usr/local/bin/calls' -o f.data calls 1000
 perf script -i f.data --itrace=e > f.err 2>&1; cat f.err; ! grep -q -i error f.err
