@@ -42,6 +42,17 @@ pub(crate) fn forked_child() -> bool {
 /// running; a panic must never unwind into QEMU's C frames.
 static BROKEN: AtomicBool = AtomicBool::new(false);
 
+/// Check the `buffer=`/`drain=` configuration and start the real-time drainer thread if asked.
+pub(crate) fn start_buffer(
+    spec: Option<pttrace_core::pt::buffer_spec::BufferSpec>,
+) -> Option<pttrace_core::pt::internal_buffer::RealTimeDrainer> {
+    let spec = spec?;
+    if let Err(e) = spec.config() {
+        fail(&e);
+    }
+    spec.spawn_drainer().unwrap_or_else(|e| fail(&format!("cannot start the drainer thread: {e}")))
+}
+
 pub(crate) fn guarded(what: &str, f: impl FnOnce()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err()
         && !BROKEN.swap(true, Ordering::AcqRel)

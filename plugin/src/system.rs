@@ -1221,22 +1221,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
         }
         None => None,
     };
-    let drainer = match opts.buffer.map(|b| b.drain) {
-        Some(pttrace_core::pt::buffer_spec::DrainSpec::RealTime { bytes_per_sec }) => Some(
-            pttrace_core::pt::internal_buffer::RealTimeDrainer::spawn(
-                pttrace_core::pt::internal_buffer::WallClock::new(),
-                bytes_per_sec,
-                std::time::Duration::from_micros(100),
-            )
-            .unwrap_or_else(|e| fail(&format!("cannot start the drainer thread: {e}"))),
-        ),
-        _ => None,
-    };
-    if let Some(b) = opts.buffer {
-        if let Err(e) = b.config() {
-            fail(&e);
-        }
-    }
+    let drainer = crate::start_buffer(opts.buffer);
     let shared = Shared {
         opts,
         out,

@@ -611,22 +611,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         .unwrap_or_else(|e| fail(&format!("cannot start writer thread: {e}")));
     out.send(FileKey::Code, b"PTCODE1\n".to_vec());
     let rtit_edges = if opts.trace == TraceKind::Rtit { opts.rtit.edge_addresses() } else { Vec::new() };
-    if let Some(b) = opts.buffer {
-        if let Err(e) = b.config() {
-            fail(&e);
-        }
-    }
-    let drainer = match opts.buffer.map(|b| b.drain) {
-        Some(pttrace_core::pt::buffer_spec::DrainSpec::RealTime { bytes_per_sec }) => Some(
-            pttrace_core::pt::internal_buffer::RealTimeDrainer::spawn(
-                pttrace_core::pt::internal_buffer::WallClock::new(),
-                bytes_per_sec,
-                std::time::Duration::from_micros(100),
-            )
-            .unwrap_or_else(|e| fail(&format!("cannot start the drainer thread: {e}"))),
-        ),
-        _ => None,
-    };
+    let drainer = crate::start_buffer(opts.buffer);
     let shared = Shared {
         rtit_edges,
         opts,

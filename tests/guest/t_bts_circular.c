@@ -9,22 +9,11 @@
  * The host (tests/run-guest.sh) rebuilds the expected ring from the plugin's per-instruction
  * ground truth: slot k mod 10 holds the k-th taken branch, and the index is at n mod 10. */
 #include "bts.h"
+#include "work.h"
 
 static volatile uint64_t sink;
 static struct ds_area ds __attribute__((aligned(64)));
 static struct bts_record ring[10] __attribute__((aligned(64)));
-
-__attribute__((noinline)) static uint64_t work(int n)
-{
-    uint64_t acc = 0;
-    for (int i = 0; i < n; i++) {
-        if (i % 3 == 0)
-            acc += i;
-        else
-            acc ^= acc << 1;
-    }
-    return acc;
-}
 
 void test_main(void)
 {

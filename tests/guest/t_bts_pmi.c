@@ -7,6 +7,7 @@
  * workload, of the interrupt deliveries and of the handler's own branches while BTS was on)
  * with the ground truth, record by record. */
 #include "bts.h"
+#include "work.h"
 
 #define SLOTS 32
 #define THRESHOLD 8 /* headroom: the PMI skid plus the ~7 records of the NMI entry path before the handler stops BTS */
@@ -17,18 +18,6 @@ static struct ds_area ds __attribute__((aligned(64)));
 static struct bts_record buf[SLOTS + 1] __attribute__((aligned(64)));
 static struct bts_record log_[LOG_MAX];
 static volatile uint64_t nlog, pmis, max_at_pmi, min_at_pmi = ~0ull, lvt_at_pmi;
-
-__attribute__((noinline)) static uint64_t work(int n)
-{
-    uint64_t acc = 0;
-    for (int i = 0; i < n; i++) {
-        if (i % 3 == 0)
-            acc += i;
-        else
-            acc ^= acc << 1;
-    }
-    return acc;
-}
 
 static void drain(void)
 {

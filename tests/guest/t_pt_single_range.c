@@ -4,20 +4,9 @@
  * read-backs right after the disabling WRMSR. The host side (tests/run-guest.sh) compares the
  * dumped bytes with the plugin's host copy and decodes them with libipt against the ground truth. */
 #include "pt.h"
+#include "work.h"
 
 static volatile uint64_t sink;
-
-__attribute__((noinline)) static uint64_t work(int n)
-{
-    uint64_t acc = 0;
-    for (int i = 0; i < n; i++) {
-        if (i % 3 == 0)
-            acc += i;
-        else
-            acc ^= acc << 1;
-    }
-    return acc;
-}
 
 void test_main(void)
 {

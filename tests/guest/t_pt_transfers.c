@@ -14,6 +14,7 @@
  * host (tests/run-guest.sh) compares the dump with the plugin's copy and libipt's decoded flow
  * with the per-instruction ground truth between pt_enable_wrmsr and pt_disable_wrmsr. */
 #include "pt.h"
+#include "work.h"
 
 extern char isr_stubs[], syscall_entry[], pt_enable_wrmsr[], pt_disable_wrmsr[];
 extern char rec_ret[];
@@ -59,18 +60,6 @@ asm(".text\n"
     "ret\n");
 void mmio_poke(uint64_t addr, uint32_t v);
 extern char mmio_poke_next[];
-
-__attribute__((noinline)) static uint64_t work(int n)
-{
-    uint64_t acc = 0;
-    for (int i = 0; i < n; i++) {
-        if (i % 3 == 0)
-            acc += i;
-        else
-            acc ^= acc << 1;
-    }
-    return acc;
-}
 
 __attribute__((noinline)) static uint64_t f_add(uint64_t x) { sink++; return x + 1; }
 __attribute__((noinline)) static uint64_t f_mul(uint64_t x) { sink++; return x * 3; }

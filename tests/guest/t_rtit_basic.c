@@ -12,6 +12,7 @@
  * instructions after the last packet cannot be placed by any decoder). */
 // pttrace-options: profile=silvermont
 #include "pt.h"
+#include "work.h"
 
 #define RTIT_LIP0        0x760
 #define RTIT_CTL         0x768
@@ -29,18 +30,6 @@
 #define ATOM_CTL_TRACE_ACTIVE (1u << 13)
 
 static volatile uint64_t sink;
-
-__attribute__((noinline)) static uint64_t work(int n)
-{
-    uint64_t acc = 0;
-    for (int i = 0; i < n; i++) {
-        if (i % 3 == 0)
-            acc += i;
-        else
-            acc ^= acc << 1;
-    }
-    return acc;
-}
 
 void test_main(void)
 {

@@ -51,6 +51,21 @@ impl BufferSpec {
     }
 }
 
+impl BufferSpec {
+    /// The background drainer thread of the real-time mode (None in the deterministic mode).
+    pub fn spawn_drainer(&self) -> std::io::Result<Option<super::internal_buffer::RealTimeDrainer>> {
+        match self.drain {
+            DrainSpec::RealTime { bytes_per_sec } => super::internal_buffer::RealTimeDrainer::spawn(
+                super::internal_buffer::WallClock::new(),
+                bytes_per_sec,
+                std::time::Duration::from_micros(100),
+            )
+            .map(Some),
+            DrainSpec::PerInstructions { .. } => Ok(None),
+        }
+    }
+}
+
 fn parse_size(s: &str) -> Option<usize> {
     let (num, mul) = match s.as_bytes().last()? {
         b'K' | b'k' => (&s[..s.len() - 1], 1 << 10),
