@@ -5,10 +5,7 @@
 
 use qemu_plugin::sys::{qemu_plugin_read_memory_vaddr, GByteArray};
 
-unsafe extern "C" {
-    fn g_byte_array_new() -> *mut GByteArray;
-    fn g_byte_array_free(array: *mut GByteArray, free_segment: bool) -> *mut u8;
-}
+use crate::glib::{g_byte_array_free, g_byte_array_new};
 
 /// Read `buf.len()` bytes of guest virtual memory at `addr` (current vCPU). False if any byte
 /// could not be read.

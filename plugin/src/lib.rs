@@ -7,6 +7,7 @@
 //! - keeps per-vCPU model state in a table indexed by vCPU (no global lock on the hot path),
 //! - hands filled trace buffers to a writer thread (`output`).
 
+mod glib;
 mod guest;
 mod output;
 mod regs;

@@ -17,11 +17,7 @@ const NAMES: &[&str] = &[
     "rip", "eflags", "cs", "ds", "ss", "es", "fs", "gs", "fs_base", "gs_base", "cr0", "cr3", "cr4", "efer",
 ];
 
-unsafe extern "C" {
-    fn g_byte_array_new() -> *mut GByteArray;
-    fn g_byte_array_set_size(array: *mut GByteArray, len: u32) -> *mut GByteArray;
-    fn g_array_free(array: *mut qemu_plugin::sys::GArray, free_segment: bool) -> *mut u8;
-}
+use crate::glib::{g_array_free, g_byte_array_new, g_byte_array_set_size};
 
 pub struct Regs {
     handles: [*mut qemu_plugin_register; NAMES.len()],
