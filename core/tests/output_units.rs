@@ -141,8 +141,9 @@ fn single_range_aimed_at_non_ram_drops_bytes_and_keeps_counting() {
     let mut mem = SparseMemory::new();
     let mut u = skylake();
     u.start(false, 0xFEC0_0000, 0xF80, &mut mem).unwrap();
-    assert_eq!(u.write(&mut mem, &pattern(5000, 3)), done(5000));
+    assert_eq!(u.write(&mut mem, &pattern(5000, 3)), WriteOutcome { restricted: 5000, ..done(5000) });
     assert!(mem.writes.is_empty());
+    assert_eq!(u.restricted_bytes(), 5000);
     assert_eq!(u.output_mask_ptrs(), 0xFFF | ((5000 & 0xFFF) << 32));
     assert_eq!(u.state(), OutputState::Running);
 }
@@ -234,7 +235,7 @@ fn topa_stop_region_ends_output_at_its_last_byte() {
     let data = pattern(4096 + 8192 + 500, 9);
     assert_eq!(u.write(&mut mem, &data[..4000]), done(4000));
     let out = u.write(&mut mem, &data[4000..]);
-    assert_eq!(out, WriteOutcome { written: 4096 + 8192 - 4000, pmi: false, stopped: true, error: None });
+    assert_eq!(out, WriteOutcome { written: 4096 + 8192 - 4000, restricted: 0, pmi: false, stopped: true, error: None });
     assert_eq!(u.state(), OutputState::Stopped);
     // Pointer stays on the STOP entry with offset = region size (linux-guest.md, pt.c).
     assert_eq!((u.output_base(), u.output_mask_ptrs()), (0x1000, ptrs(1, 8192)));
@@ -259,7 +260,7 @@ fn topa_stop_and_int_in_one_entry_report_both() {
     let mut u = skylake();
     u.start(true, 0x1000, ptrs(0, 4000), &mut mem).unwrap();
     let out = u.write(&mut mem, &[7; 200]);
-    assert_eq!(out, WriteOutcome { written: 96, pmi: true, stopped: true, error: None });
+    assert_eq!(out, WriteOutcome { written: 96, restricted: 0, pmi: true, stopped: true, error: None });
     assert_eq!(u.output_mask_ptrs(), ptrs(0, 4096));
     assert_eq!(mem.writes, vec![(0x10FA0, 96)]);
 }
@@ -272,13 +273,13 @@ fn topa_int_region_raises_pmi_exactly_when_it_fills() {
     let mut u = skylake();
     u.start(true, 0x1000, ptrs(0, 0), &mut mem).unwrap();
     assert_eq!(u.write(&mut mem, &[1; 4095]), done(4095));
-    assert_eq!(u.write(&mut mem, &[2]), WriteOutcome { written: 1, pmi: true, ..done(0) });
+    assert_eq!(u.write(&mut mem, &[2]), WriteOutcome { written: 1, restricted: 0, pmi: true, ..done(0) });
     assert_eq!(u.output_mask_ptrs(), ptrs(1, 0));
     assert_eq!(u.write(&mut mem, &[3; 4096]), done(4096), "region without INT: no PMI");
     assert_eq!(u.output_mask_ptrs(), ptrs(0, 0));
     // One write that fills the INT region and continues into the next one.
     let out = u.write(&mut mem, &[4; 5000]);
-    assert_eq!(out, WriteOutcome { written: 5000, pmi: true, stopped: false, error: None });
+    assert_eq!(out, WriteOutcome { written: 5000, restricted: 0, pmi: true, stopped: false, error: None });
     assert_eq!(u.output_mask_ptrs(), ptrs(1, 904));
     assert_eq!(mem.bytes(0x11000, 904), vec![4; 904]);
     assert_eq!(mem.bytes(0x11388, 4096 - 904), vec![3; 4096 - 904]);
@@ -418,7 +419,7 @@ fn single_output_region_topa_valid_ring_wraps() {
     let mut u = OutputUnit::new(single_entry_caps());
     u.start(true, 0x1000, ptrs(0, 4000), &mut mem).unwrap();
     let out = u.write(&mut mem, &[6; 100]);
-    assert_eq!(out, WriteOutcome { written: 100, pmi: true, stopped: false, error: None });
+    assert_eq!(out, WriteOutcome { written: 100, restricted: 0, pmi: true, stopped: false, error: None });
     assert_eq!((u.output_base(), u.output_mask_ptrs()), (0x1000, ptrs(0, 4)));
     assert_eq!(mem.writes, vec![(0x10FA0, 96), (0x10000, 4)]);
 }
@@ -460,6 +461,7 @@ fn topa_error_found_when_advancing_leaves_pointer_on_bad_entry() {
         out,
         WriteOutcome {
             written: 4096,
+            restricted: 0,
             pmi: true,
             stopped: false,
             error: Some(OutputError::EntryReservedBit { table: 0x1000, index: 1, entry: bad })
@@ -505,8 +507,9 @@ fn topa_region_not_in_ram_drops_its_bytes_and_moves_on() {
     u.start(true, 0x1000, ptrs(0, 0), &mut mem).unwrap();
     let data = pattern(4106, 2);
     let out = u.write(&mut mem, &data);
-    assert_eq!(out, WriteOutcome { written: 4106, pmi: true, stopped: false, error: None });
+    assert_eq!(out, WriteOutcome { written: 4106, restricted: 4096, pmi: true, stopped: false, error: None });
     assert_eq!(mem.writes, vec![(0x20000, 10)]);
+    assert_eq!(u.restricted_bytes(), 4096, "the dropped bytes are counted, not lost silently");
     assert_eq!(mem.bytes(0x20000, 10), data[4096..].to_vec());
     assert_eq!(u.output_mask_ptrs(), ptrs(1, 10));
 }
@@ -519,7 +522,7 @@ fn topa_region_partly_in_ram_keeps_the_ram_part() {
     let mut u = skylake();
     u.start(true, 0x1000, ptrs(0, 0), &mut mem).unwrap();
     let data = pattern(8192, 4);
-    assert_eq!(u.write(&mut mem, &data), done(8192));
+    assert_eq!(u.write(&mut mem, &data), WriteOutcome { restricted: 4096, ..done(8192) });
     assert_eq!(mem.writes, vec![(0x40000, 4096)]);
     assert_eq!(mem.bytes(0x40000, 4096), data[..4096].to_vec());
     assert_eq!(u.output_mask_ptrs(), ptrs(0, 0));

@@ -183,6 +183,9 @@ struct Vcpu {
     credit: Option<pttrace_core::pt::internal_buffer::DrainCredit>,
     /// RTIT drain credit not yet used, in byte-instructions (bytes x the drain period).
     rtit_credit: u128,
+    /// Trace bytes generated after the output stopped (ToPA STOP, output error): hardware loses
+    /// them too; counted and reported at exit.
+    lost_after_stop: u64,
     /// The value last stored in this vCPU's `need_block_cb` slot.
     block_cb_flag: Option<bool>,
     truth: Option<Vec<u8>>,
@@ -370,6 +373,7 @@ impl Shared {
             blocks_since_tsc: 0,
             credited_insns: 0,
             rtit_credit: 0,
+            lost_after_stop: 0,
             credit: self.drainer.as_ref().map(|d| d.credit()),
             block_cb_flag: None,
             truth: self.opts.truth.then(Vec::new),
@@ -639,6 +643,7 @@ impl Shared {
         let bytes = v.tracer.take_output();
         if v.output_active {
             let outcome = v.output.write(&mut PhysMem, &bytes);
+            v.lost_after_stop += (bytes.len() - outcome.written.min(bytes.len())) as u64;
             if let Some(out) = &self.out {
                 out.send(FileKey::Pt(v.index + 1), bytes[..outcome.written.min(bytes.len())].to_vec());
             }
@@ -1104,6 +1109,14 @@ impl Shared {
             v.tracer.finish();
             if let Some(st) = v.tracer.buffer_stats() {
                 eprintln!("pttrace: vCPU {} internal buffer: {st}", v.index);
+            }
+            if v.output.restricted_bytes() + v.lost_after_stop > 0 {
+                eprintln!(
+                    "pttrace: vCPU {}: {} trace bytes aimed at memory that is not RAM were dropped (SDM Table 33-5), {} generated after a ToPA STOP or output error were not written",
+                    v.index,
+                    v.output.restricted_bytes(),
+                    v.lost_after_stop
+                );
             }
             if let Some(r) = v.rtit.as_ref() {
                 let st = r.stats();

@@ -53,6 +53,9 @@ pub struct WriteOutcome {
     /// (§33.2.7.4). Less than the input only when `stopped` or `error` is set; the remaining bytes
     /// are lost, as hardware loses what is still in its internal buffers.
     pub written: usize,
+    /// Of `written`, the bytes dropped because their destination is not RAM (MMIO, ROM,
+    /// unassigned): restricted memory loses its packet data (§33.2.7.4 Table 33-5).
+    pub restricted: usize,
     /// An output region with INT = 1 became full ("ToPA PMI", §33.2.7.2): the caller sets
     /// IA32_PERF_GLOBAL_STATUS[55] Trace_ToPA_PMI (and IA32_RTIT_STATUS.PendToPAPMI when
     /// InjectPsbPmiOnEnable = 1) and raises the PMI. Set together with `stopped` when the region
@@ -212,13 +215,22 @@ pub struct OutputUnit {
     mask_ptrs: u64,
     scheme: Scheme,
     state: OutputState,
+    /// Bytes dropped so far because their destination was not RAM.
+    restricted_bytes: u64,
 }
 
 impl OutputUnit {
     /// An idle unit for the capability profile; the MSRs hold their reset values
     /// (OUTPUT_BASE = 0, OUTPUT_MASK_PTRS = 7FH).
     pub fn new(caps: PtCaps) -> Self {
-        Self { caps, base: 0, mask_ptrs: MASK_PTRS_LOWER_MASK, scheme: Scheme::Msrs, state: OutputState::Idle }
+        Self {
+            caps,
+            base: 0,
+            mask_ptrs: MASK_PTRS_LOWER_MASK,
+            scheme: Scheme::Msrs,
+            state: OutputState::Idle,
+            restricted_bytes: 0,
+        }
     }
 
     pub fn state(&self) -> OutputState {
@@ -283,12 +295,19 @@ impl OutputUnit {
             Scheme::Topa(t) => t.write(mem, bytes),
             Scheme::Msrs => WriteOutcome::default(),
         };
+        self.restricted_bytes += out.restricted as u64;
         if out.error.is_some() {
             self.state = OutputState::Error;
         } else if out.stopped {
             self.state = OutputState::Stopped;
         }
         out
+    }
+
+    /// Bytes dropped so far because the output pointed at memory that is not RAM (reported at
+    /// exit: nothing is lost silently).
+    pub fn restricted_bytes(&self) -> u64 {
+        self.restricted_bytes
     }
 
     /// The value RDMSR IA32_RTIT_OUTPUT_BASE returns: single range, the base; ToPA, the physical
@@ -340,24 +359,29 @@ impl OutputUnit {
 
 /// Store trace bytes at a guest-physical address. Parts that are not RAM are dropped: restricted
 /// memory loses its packet data (§33.2.7.4 Table 33-5, first row). `GuestMemory` accesses are
-/// all-or-error, so a failed store is retried per 4 KiB granule to keep the RAM part.
-fn store(mem: &mut impl GuestMemory, addr: u64, data: &[u8]) {
+/// all-or-error, so a failed store is retried per 4 KiB granule to keep the RAM part. Returns the
+/// number of bytes dropped.
+fn store(mem: &mut impl GuestMemory, addr: u64, data: &[u8]) -> usize {
     if mem.write_phys(addr, data).is_ok() {
-        return;
+        return 0;
     }
     let within = addr % STORE_GRANULE;
     if within + data.len() as u64 <= STORE_GRANULE {
-        return;
+        return data.len();
     }
     let mut addr = addr;
     let mut rest = data;
+    let mut dropped = 0;
     while !rest.is_empty() {
         let n = ((STORE_GRANULE - addr % STORE_GRANULE) as usize).min(rest.len());
         let (chunk, tail) = rest.split_at(n);
-        let _ = mem.write_phys(addr, chunk);
+        if mem.write_phys(addr, chunk).is_err() {
+            dropped += n;
+        }
         addr = addr.wrapping_add(n as u64);
         rest = tail;
     }
+    dropped
 }
 
 #[cfg(test)]

@@ -62,15 +62,16 @@ impl SingleRange {
         let mask = u64::from(self.mask);
         let start = self.base & !mask;
         let mut rest = bytes;
+        let mut restricted = 0;
         while !rest.is_empty() {
             let offset = u64::from(self.offset) & mask;
             let room = mask + 1 - offset;
             let n = room.min(rest.len() as u64) as usize;
             let (chunk, tail) = rest.split_at(n);
-            store(mem, start.wrapping_add(offset), chunk);
+            restricted += store(mem, start.wrapping_add(offset), chunk);
             self.offset = ((offset + n as u64) & mask) as u32;
             rest = tail;
         }
-        WriteOutcome { written: bytes.len(), ..WriteOutcome::default() }
+        WriteOutcome { written: bytes.len(), restricted, ..WriteOutcome::default() }
     }
 }

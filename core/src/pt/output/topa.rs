@@ -217,7 +217,7 @@ impl Topa {
                 }
             }
             let (chunk, tail) = rest.split_at(n);
-            store(mem, r.base + self.offset, chunk);
+            out.restricted += store(mem, r.base + self.offset, chunk);
             self.offset += n as u64;
             out.written += n;
             rest = tail;
