@@ -640,13 +640,20 @@ impl Shared {
         if v.tracer.output().is_empty() {
             return;
         }
-        let bytes = v.tracer.take_output();
-        if v.output_active {
-            let outcome = v.output.write(&mut PhysMem, &bytes);
-            v.lost_after_stop += (bytes.len() - outcome.written.min(bytes.len())) as u64;
-            if let Some(out) = &self.out {
-                out.send(FileKey::Pt(v.index + 1), bytes[..outcome.written.min(bytes.len())].to_vec());
-            }
+        if !v.output_active {
+            v.lost_after_stop += v.tracer.output().len() as u64;
+            v.tracer.clear_output();
+            return;
+        }
+        let bytes = v.tracer.output();
+        let outcome = v.output.write(&mut PhysMem, bytes);
+        let written = outcome.written.min(bytes.len());
+        v.lost_after_stop += (bytes.len() - written) as u64;
+        if let Some(out) = &self.out {
+            out.send(FileKey::Pt(v.index + 1), bytes[..written].to_vec());
+        }
+        v.tracer.clear_output();
+        {
             if outcome.pmi {
                 self.raise_topa_pmi(v);
             }

@@ -412,6 +412,18 @@ impl Tracer {
         }
     }
 
+    /// Forget the bytes `output` returned (they were copied out), keeping the allocation: the
+    /// per-block hand-off of the full-system plugin allocates nothing.
+    pub fn clear_output(&mut self) {
+        match self.ibuf.as_mut() {
+            None => self.out.clear(),
+            Some(buf) => {
+                let n = buf.handoff().len();
+                buf.consume(n);
+            }
+        }
+    }
+
     /// Drain the recorded packets (only with `with_packet_log`).
     pub fn take_packet_log(&mut self) -> Vec<Packet> {
         self.log.as_mut().map(std::mem::take).unwrap_or_default()
