@@ -72,14 +72,20 @@ pub struct SysBlock {
     pub writes_cr3: bool,
 }
 
+/// How the sequencer holds a translated block: `Arc<SysBlock>` (tests), or `&'static SysBlock`
+/// in the plugin, whose per-translation data lives as long as QEMU (no reference counting on the
+/// per-block path).
+pub trait BlockRef: Clone + std::ops::Deref<Target = SysBlock> {}
+impl<T: Clone + std::ops::Deref<Target = SysBlock>> BlockRef for T {}
+
 /// A block as it executed this time: `delta` = actual address - address at translation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Executed {
-    block: std::sync::Arc<SysBlock>,
+struct Executed<B> {
+    block: B,
     delta: u64,
 }
 
-impl Executed {
+impl<B: BlockRef> Executed<B> {
     fn last(&self) -> ClassifiedInsn {
         self.block.last.relocated(self.delta)
     }
@@ -101,10 +107,10 @@ impl Executed {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Position {
+enum Position<B> {
     /// Nothing executed yet.
     Start,
-    After(Executed),
+    After(Executed<B>),
     /// An event was delivered; the next block is its handler.
     Delivered,
 }
@@ -121,19 +127,19 @@ pub struct SystemFlowStats {
 }
 
 #[derive(Clone, Debug)]
-pub struct SystemFlow {
-    pos: Position,
+pub struct SystemFlow<B = std::sync::Arc<SysBlock>> {
+    pos: Position<B>,
     exception_announced: bool,
     stats: SystemFlowStats,
 }
 
-impl Default for SystemFlow {
+impl<B> Default for SystemFlow<B> {
     fn default() -> Self {
         SystemFlow { pos: Position::Start, exception_announced: false, stats: SystemFlowStats::default() }
     }
 }
 
-impl SystemFlow {
+impl<B: BlockRef> SystemFlow<B> {
     pub fn stats(&self) -> SystemFlowStats {
         self.stats
     }
@@ -155,7 +161,7 @@ impl SystemFlow {
         &mut self,
         tracer: &mut impl RetireSink,
         pc: u64,
-        by_mode: &[std::sync::Arc<SysBlock>; 3],
+        by_mode: &[B; 3],
         delta: u64,
         last_started: u64,
         cpu: &mut impl CpuView,
@@ -177,7 +183,7 @@ impl SystemFlow {
     }
 
     /// The last instruction of `prev` retired and execution continues at `next`.
-    fn retire_last(&mut self, tracer: &mut impl RetireSink, prev: &Executed, next: u64, cpu: &mut impl CpuView) {
+    fn retire_last(&mut self, tracer: &mut impl RetireSink, prev: &Executed<B>, next: u64, cpu: &mut impl CpuView) {
         let last = prev.last();
         if last.rep_string && next == last.ip {
             return; // the REP string instruction continues

@@ -128,7 +128,7 @@ struct BlockInfo {
     has_wrmsr: bool,
     /// The block's COFI classified as 16-, 32- and 64-bit code; the vCPU's current mode picks one
     /// (the translation callback does not know the mode QEMU translated in).
-    by_mode: [Arc<SysBlock>; 3],
+    by_mode: [&'static SysBlock; 3],
 }
 
 
@@ -154,7 +154,7 @@ struct Pending {
 struct Vcpu {
     index: u32,
     tracer: Tracer,
-    flow: SystemFlow,
+    flow: SystemFlow<&'static SysBlock>,
     msrs: RtitMsrs,
     /// Architectural PMU MSRs (storage only), so the guest's core PMU driver initialises.
     pmu: ArchPmu,
@@ -405,7 +405,10 @@ impl Shared {
                 rep_string: false,
             });
             let writes_cr3 = system_op(last_bytes, bitness) == Some(SystemOp::MovToCr3);
-            Arc::new(SysBlock { insns: addrs.clone(), last, writes_cr3 })
+            // Lives as long as QEMU, like the callback closures the qemu-plugin crate hands QEMU
+            // for every translation (QEMU never tells a plugin that a translation is freed), so
+            // the per-block path holds plain references instead of counting them.
+            &*Box::leak(Box::new(SysBlock { insns: addrs.clone(), last, writes_cr3 }))
         };
         let has_wrmsr = insns.iter().any(|(_, b)| system_op(b, 64) == Some(SystemOp::Wrmsr));
         let info = Arc::new(BlockInfo {
