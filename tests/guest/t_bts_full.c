@@ -3,18 +3,11 @@
  * not past it; the index stays at the maximum. The host checks that the buffer holds exactly the
  * first 4 taken branches of the ground truth. */
 #include "bts.h"
+#include "work.h"
 
 static volatile uint64_t sink;
 static struct ds_area ds __attribute__((aligned(64)));
 static struct bts_record buf[6] __attribute__((aligned(64)));
-
-__attribute__((noinline)) static uint64_t work(int n)
-{
-    uint64_t acc = 0;
-    for (int i = 0; i < n; i++)
-        acc += (i & 1) ? (uint64_t)i : acc >> 1;
-    return acc;
-}
 
 void test_main(void)
 {

@@ -8,18 +8,11 @@
  * behaviour otherwise undefined; the model drops such records and counts them (printed at exit:
  * "not written (DS area or buffer unmapped)"). */
 #include "bts.h"
+#include "work.h"
 
 static volatile uint64_t sink;
 static struct ds_area ds __attribute__((aligned(64)));
 static struct bts_record buf[16] __attribute__((aligned(64)));
-
-__attribute__((noinline, noipa)) static uint64_t work(int n)
-{
-    uint64_t acc = 0;
-    for (int i = 0; i < n; i++)
-        acc += (i & 1) ? (uint64_t)i : acc >> 1;
-    return acc;
-}
 
 static void traced(int n)
 {

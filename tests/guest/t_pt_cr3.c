@@ -70,11 +70,10 @@ static int count(enum pt_kind kind)
         c += pk[i].kind == kind;
     return c;
 }
-static int next_pkt(int i)
+static int next_pkt(int i) /* npk if there is none */
 {
-    for (i++; i < npk && pk[i].kind == PT_PAD; i++)
-        ;
-    return i;
+    int j = pt_next_nonpad(pk, npk, i);
+    return j < 0 ? npk : j;
 }
 static int psbend(void)
 {
@@ -83,13 +82,7 @@ static int psbend(void)
         i++;
     return i;
 }
-static int last_pkt(void)
-{
-    int i = npk - 1;
-    while (i >= 0 && pk[i].kind == PT_PAD)
-        i--;
-    return i;
-}
+static int last_pkt(void) { return pt_prev_nonpad(pk, npk); }
 
 static void window_main_to_alt_and_back(void)
 {

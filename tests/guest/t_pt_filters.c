@@ -68,16 +68,10 @@ static int after_psb(void)
     int i = 0;
     while (i < npk && pk[i].kind != PT_PSBEND)
         i++;
-    for (i++; i < npk && pk[i].kind == PT_PAD; i++)
-        ;
-    return i;
+    int j = pt_next_nonpad(pk, npk, i);
+    return j < 0 ? npk : j;
 }
-static int prev_pkt(int i)
-{
-    for (i--; i >= 0 && pk[i].kind == PT_PAD; i--)
-        ;
-    return i;
-}
+static int prev_pkt(int i) { return pt_prev_nonpad(pk, i); }
 static int last_pkt(void) { return prev_pkt(npk); }
 
 __attribute__((noinline)) static uint64_t work(int n)

@@ -162,22 +162,6 @@ struct __attribute__((packed)) gdtr { uint16_t limit; uint64_t base; };
 
 static void load_gdt(const struct gdtr *g) { asm volatile("lgdt %0" : : "m"(*g) : "memory"); }
 
-static int next_pkt(const struct pt_pkt *pk, int n, int i)
-{
-    for (i++; i < n; i++)
-        if (pk[i].kind != PT_PAD)
-            return i;
-    return -1;
-}
-
-static int prev_pkt(const struct pt_pkt *pk, int i)
-{
-    for (i--; i >= 0; i--)
-        if (pk[i].kind != PT_PAD)
-            return i;
-    return -1;
-}
-
 static volatile uint32_t trip_result;
 
 __attribute__((noinline)) static void traced_body(void)
@@ -245,20 +229,20 @@ void test_main(void)
     int i = 0;
     while (i < n && pk[i].kind != PT_PSBEND)
         i++;
-    i = next_pkt(pk, n, i);
+    i = pt_next_nonpad(pk, n, i);
     ASSERT(i > 0);
     ASSERT_EQ(pk[i].kind, PT_MODE);
     ASSERT_EQ(pk[i].val, 0x01);
-    i = next_pkt(pk, n, i);
+    i = pt_next_nonpad(pk, n, i);
     ASSERT_EQ(pk[i].kind, PT_TIP_PGE);
     ASSERT_EQ(pk[i].ip, (uint64_t)pt_enable_wrmsr + 2);
-    int first = next_pkt(pk, n, i);
+    int first = pt_next_nonpad(pk, n, i);
 
     /* End: FUP(the disabling WRMSR), TIP.PGD (suppressed). */
-    int last = prev_pkt(pk, n);
+    int last = pt_prev_nonpad(pk, n);
     ASSERT_EQ(pk[last].kind, PT_TIP_PGD);
     ASSERT_EQ(pk[last].ipbytes, 0);
-    int fup = prev_pkt(pk, last);
+    int fup = pt_prev_nonpad(pk, last);
     ASSERT_EQ(pk[fup].kind, PT_FUP);
     ASSERT_EQ(pk[fup].ip, (uint64_t)pt_disable_wrmsr);
 
@@ -272,14 +256,14 @@ void test_main(void)
     const uint64_t want_mode[4] = { 0x02, 0x00, 0x02, 0x01 };
     const uint64_t want_ip[4] = { (uint64_t)entry32, COPY16, (uint64_t)back32, (uint64_t)ret64 };
     int w = 0, in_psb = 0, mode0 = -1;
-    for (int k = first; k >= 0 && k < fup; k = next_pkt(pk, n, k)) {
+    for (int k = first; k >= 0 && k < fup; k = pt_next_nonpad(pk, n, k)) {
         if (pk[k].kind == PT_PSB)
             in_psb = 1;
         else if (pk[k].kind == PT_PSBEND)
             in_psb = 0;
         if (pk[k].kind != PT_MODE || in_psb)
             continue;
-        int t = next_pkt(pk, n, k);
+        int t = pt_next_nonpad(pk, n, k);
         if (w >= 4) {
             printf("FAIL: MODE.Exec %02lx at %#lx: more MODE.Exec packets than mode changes\n",
                    pk[k].val, pk[k].off);
@@ -336,7 +320,7 @@ void test_main(void)
     WANT('T', (uint64_t)fn64);                 /* call *%r8 */
     WANT('b', 1);                              /* ret */
 #undef WANT
-    for (int k = mode0; k >= 0 && k < fup && ng < nw; k = next_pkt(pk, n, k)) {
+    for (int k = mode0; k >= 0 && k < fup && ng < nw; k = pt_next_nonpad(pk, n, k)) {
         if (pk[k].kind == PT_TNT) {
             int top = 7;
             while (top > 0 && !(pk[k].val >> top & 1))
@@ -366,7 +350,7 @@ void test_main(void)
         test_fail("trip packets");
     }
     printf("  trip: %d items (MODE.Exec, TIP, TNT bits) as expected\n", nw);
-    for (int k = first; k >= 0 && k < fup; k = next_pkt(pk, n, k))
+    for (int k = first; k >= 0 && k < fup; k = pt_next_nonpad(pk, n, k))
         if (pk[k].kind != PT_TNT && pk[k].kind != PT_TIP && pk[k].kind != PT_MODE &&
             pk[k].kind != PT_PSB && pk[k].kind != PT_PSBEND && pk[k].kind != PT_PIP &&
             pk[k].kind != PT_CBR) {

@@ -37,11 +37,9 @@ void test_main(void)
         if (pk[i].kind != PT_OVF)
             continue;
         ovf++;
-        int j = i + 1;
-        while (j < n && pk[j].kind == PT_PAD)
-            j++;
-        ovf_fup += j < n && pk[j].kind == PT_FUP;
-        ovf_last += j == n; /* TraceEn cleared during an overflow: a lone OVF ends the stream */
+        int j = pt_next_nonpad(pk, n, i);
+        ovf_fup += j >= 0 && pk[j].kind == PT_FUP;
+        ovf_last += j < 0; /* TraceEn cleared during an overflow: a lone OVF ends the stream */
     }
     printf("OVERFLOW %d bytes, %d packets, %d OVF, %d followed by FUP, %d ending the stream\n", (int)len, n,
            ovf, ovf_fup, ovf_last);

@@ -211,9 +211,8 @@ static void check_stream(int cpu, struct pt_pkt *pk, int max)
     /* The stream ends with the last disabling WRMSR: FUP(pt_disable_wrmsr), TIP.PGD. */
     ASSERT(last > 0);
     ASSERT_EQ(pk[last].kind, PT_TIP_PGD);
-    int fup = last - 1;
-    while (fup > 0 && pk[fup].kind == PT_PAD)
-        fup--;
+    int fup = pt_prev_nonpad(pk, last);
+    ASSERT(fup >= 0);
     ASSERT_EQ(pk[fup].kind, PT_FUP);
     ASSERT_EQ(pk[fup].ip, (uint64_t)pt_disable_wrmsr);
 }

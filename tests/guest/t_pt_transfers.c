@@ -160,28 +160,11 @@ static int find_ip(const struct pt_pkt *pk, int n, int from, enum pt_kind kind, 
     return -1;
 }
 
-/* The next packet after i that is not PAD; -1 at the end. */
-static int next_pkt(const struct pt_pkt *pk, int n, int i)
-{
-    for (i++; i < n; i++)
-        if (pk[i].kind != PT_PAD)
-            return i;
-    return -1;
-}
-
-static int prev_pkt(const struct pt_pkt *pk, int i)
-{
-    for (i--; i >= 0; i--)
-        if (pk[i].kind != PT_PAD)
-            return i;
-    return -1;
-}
-
 /* An event delivered with FUP(fup) must be followed by TIP(handler) (no PIP/MODE here). */
 static void check_event(const struct pt_pkt *pk, int n, const char *what, uint64_t fup, uint64_t handler)
 {
     int i = find_ip(pk, n, 0, PT_FUP, fup);
-    int j = i < 0 ? -1 : next_pkt(pk, n, i);
+    int j = i < 0 ? -1 : pt_next_nonpad(pk, n, i);
     printf("  %-28s FUP %lx at %#lx -> TIP %lx\n", what, fup, i < 0 ? 0 : pk[i].off, handler);
     if (i < 0 || j < 0 || pk[j].kind != PT_TIP || pk[j].ip != handler) {
         printf("FAIL: %s: no FUP(%#lx) followed by TIP(%#lx)\n", what, fup, handler);
@@ -248,20 +231,20 @@ void test_main(void)
         i++;
     }
     ASSERT(saw_pip_in_psb); /* PSB+ has PIP when OS = 1 (and ContextEn) */
-    i = next_pkt(pk, n, i);
+    i = pt_next_nonpad(pk, n, i);
     ASSERT(i > 0);
     ASSERT_EQ(pk[i].kind, PT_MODE);
     ASSERT_EQ(pk[i].val, 0x01);
-    i = next_pkt(pk, n, i);
+    i = pt_next_nonpad(pk, n, i);
     ASSERT_EQ(pk[i].kind, PT_TIP_PGE);
     ASSERT_EQ(pk[i].ip, (uint64_t)pt_enable_wrmsr + 2);
     printf("  start: PSB+ with PIP, MODE.Exec 64-bit, TIP.PGE %lx\n", pk[i].ip);
 
     /* End: FUP(the disabling WRMSR), TIP.PGD (IP suppressed). */
-    int last = prev_pkt(pk, n); /* the last packet that is not PAD */
+    int last = pt_prev_nonpad(pk, n); /* the last packet that is not PAD */
     ASSERT_EQ(pk[last].kind, PT_TIP_PGD);
     ASSERT_EQ(pk[last].ipbytes, 0);
-    int fup = prev_pkt(pk, last);
+    int fup = pt_prev_nonpad(pk, last);
     ASSERT_EQ(pk[fup].kind, PT_FUP);
     ASSERT_EQ(pk[fup].ip, (uint64_t)pt_disable_wrmsr);
 
@@ -277,7 +260,7 @@ void test_main(void)
     for (int k = 0; k < n; k++) {
         if (pk[k].kind != PT_TIP)
             continue;
-        int p = prev_pkt(pk, k);
+        int p = pt_prev_nonpad(pk, k);
         if (pk[k].ip == (uint64_t)syscall_entry) {
             syscalls++;
             ASSERT(p >= 0 && pk[p].kind != PT_FUP);

@@ -277,4 +277,22 @@ static inline uint64_t pt_first_nonzero(const uint8_t *buf, uint64_t len)
             return i;
     return len;
 }
+
+/* Index of the first packet after pk[i] that is not PAD, or -1 if there is none. */
+static inline int pt_next_nonpad(const struct pt_pkt *pk, int n, int i)
+{
+    for (i++; i < n; i++)
+        if (pk[i].kind != PT_PAD)
+            return i;
+    return -1;
+}
+
+/* Index of the last packet before pk[i] that is not PAD, or -1 if there is none. */
+static inline int pt_prev_nonpad(const struct pt_pkt *pk, int i)
+{
+    for (i--; i >= 0; i--)
+        if (pk[i].kind != PT_PAD)
+            return i;
+    return -1;
+}
 #endif
