@@ -47,7 +47,6 @@
 #include "gp_probe.h"
 #include "pt_churn.h"
 
-
 static void expect_gp(const char *what, uint32_t msr, uint64_t value)
 {
     uint64_t rcx = 0x0BADC0DE00000000ull | msr, rax = 0x1111111100000000ull | (value & 0xFFFFFFFF);
@@ -70,19 +69,7 @@ static void expect_ok(const char *what, uint32_t msr, uint64_t value, uint64_t r
     ASSERT_EQ(rdmsr(msr) & ~ignore, readback);
 }
 
-/* ---------------- workload and traced runs (as t_pt_topa.c) ---------------- */
-static volatile uint64_t sink;
-
-
-static volatile uint64_t ctl_on, status_on;
-__attribute__((noinline)) static void traced_run(uint64_t ctl, uint64_t n)
-{
-    wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
-    sink = churn(n);
-    ctl_on = rdmsr(MSR_IA32_RTIT_CTL);
-    status_on = rdmsr(MSR_IA32_RTIT_STATUS);
-    wrmsr(MSR_IA32_RTIT_CTL, ctl);
-}
+/* ---------------- traced runs: traced_run() from pt_churn.h ---------------- */
 
 static const uint64_t CTL_TOPA = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_TOPA;
 #define REF_SIZE (64 * 1024)
@@ -152,10 +139,10 @@ static void check_error(const char *what, uint64_t *tab, uint64_t mask_ptrs, uin
     uint64_t base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
     uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
     printf("%s: STATUS before disabling %lx, after %lx; OUTPUT_BASE %lx MASK_PTRS %lx (expected "
-           "%lx %lx)\n", what, status_on, st, base, mp, (uint64_t)tab, mask_ptrs);
-    ASSERT_EQ(ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN);
-    ASSERT(status_on & RTIT_STATUS_ERROR);
-    ASSERT_EQ(status_on & (RTIT_STATUS_TRIGGEREN | RTIT_STATUS_STOPPED), 0);
+           "%lx %lx)\n", what, traced_status_on, st, base, mp, (uint64_t)tab, mask_ptrs);
+    ASSERT_EQ(traced_ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN);
+    ASSERT(traced_status_on & RTIT_STATUS_ERROR);
+    ASSERT_EQ(traced_status_on & (RTIT_STATUS_TRIGGEREN | RTIT_STATUS_STOPPED), 0);
     ASSERT(st & RTIT_STATUS_ERROR);
     ASSERT_EQ(base, (uint64_t)tab);
     ASSERT_EQ(mp, mask_ptrs);
@@ -433,10 +420,10 @@ void test_main(void)
     {
         uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
         printf("  before disabling CTL %lx STATUS %lx; after: STATUS %lx OUTPUT_BASE %lx MASK_PTRS "
-               "%lx\n", ctl_on, status_on, st, rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp);
-        ASSERT_EQ(ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN);
-        ASSERT(status_on & RTIT_STATUS_STOPPED);
-        ASSERT_EQ(status_on & (RTIT_STATUS_TRIGGEREN | RTIT_STATUS_ERROR), 0);
+               "%lx\n", traced_ctl_on, traced_status_on, st, rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp);
+        ASSERT_EQ(traced_ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN);
+        ASSERT(traced_status_on & RTIT_STATUS_STOPPED);
+        ASSERT_EQ(traced_status_on & (RTIT_STATUS_TRIGGEREN | RTIT_STATUS_ERROR), 0);
         ASSERT(st & RTIT_STATUS_STOPPED);
         ASSERT_EQ(st & RTIT_STATUS_ERROR, 0);
         ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);

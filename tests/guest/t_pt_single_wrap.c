@@ -27,14 +27,6 @@ static volatile uint64_t sink;
 /* A workload that produces trace bytes quickly: an indirect call (TIP) through a table, a
  * compressed RET and loop/condition branches (TNT). */
 
-/* Enable with ctl | TraceEn, run the workload, disable with ctl: one code path for every run. */
-__attribute__((noinline)) static void traced_run(uint64_t ctl, uint64_t n)
-{
-    wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
-    sink = churn(n);
-    wrmsr(MSR_IA32_RTIT_CTL, ctl);
-}
-
 static const uint64_t CTL = RTIT_CTL_OS | RTIT_CTL_BRANCHEN; /* ToPA = 0: single range */
 #define REF_SIZE (128 * 1024)
 

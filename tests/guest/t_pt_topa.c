@@ -31,20 +31,6 @@
 #include "pt.h"
 #include "pt_churn.h"
 
-static volatile uint64_t sink;
-
-
-/* One code path for every traced run: enable with ctl | TraceEn, work, read CTL and STATUS
- * while still enabled (RDMSR makes no packets), disable with ctl. */
-static volatile uint64_t ctl_before_disable, status_before_disable;
-__attribute__((noinline)) static void traced_run(uint64_t ctl, uint64_t n)
-{
-    wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
-    sink = churn(n);
-    ctl_before_disable = rdmsr(MSR_IA32_RTIT_CTL);
-    status_before_disable = rdmsr(MSR_IA32_RTIT_STATUS);
-    wrmsr(MSR_IA32_RTIT_CTL, ctl);
-}
 
 static const uint64_t CTL_TOPA = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_TOPA;
 static const uint64_t CTL_SINGLE = RTIT_CTL_OS | RTIT_CTL_BRANCHEN;
@@ -332,7 +318,7 @@ void test_main(void)
         ASSERT(t > 8192 + 1024);
         start_topa(tab, 0, 0);
         traced_run(CTL_TOPA, n);
-        uint64_t ctl_on = ctl_before_disable, st_on = status_before_disable;
+        uint64_t ctl_on = traced_ctl_on, st_on = traced_status_on;
         uint64_t base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
         uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
         printf("STOP: %lu bytes of work; before disabling CTL %lx STATUS %lx; after: OUTPUT_BASE "

@@ -25,20 +25,6 @@
 #include "pt.h"
 #include "pt_churn.h"
 
-static volatile uint64_t sink;
-
-
-/* One code path for every traced run; CTL and STATUS are read while TraceEn is still 1. */
-static volatile uint64_t ctl_on, status_on, status_at_enable;
-__attribute__((noinline)) static void traced_run(uint64_t ctl, uint64_t n)
-{
-    wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
-    status_at_enable = rdmsr(MSR_IA32_RTIT_STATUS);
-    sink = churn(n);
-    ctl_on = rdmsr(MSR_IA32_RTIT_CTL);
-    status_on = rdmsr(MSR_IA32_RTIT_STATUS);
-    wrmsr(MSR_IA32_RTIT_CTL, ctl);
-}
 
 static const uint64_t CTL_TOPA = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_TOPA;
 static const uint64_t CTL_SINGLE = RTIT_CTL_OS | RTIT_CTL_BRANCHEN;
@@ -79,11 +65,11 @@ static void run_error_case(const char *what, uint64_t table, uint64_t mask_ptrs,
     uint64_t base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
     uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
     printf("  STATUS at enable %lx, before disabling %lx, after %lx; OUTPUT_BASE %lx MASK_PTRS %lx"
-           " (expected %lx %lx)\n", status_at_enable, status_on, st, base, mp, e.base, e.mask_ptrs);
-    ASSERT_EQ(ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN); /* TraceEn stays 1 */
-    /* status_at_enable is only printed: §33.3.10 allows detection at enable or at first use. */
-    ASSERT(status_on & RTIT_STATUS_ERROR);
-    ASSERT_EQ(status_on & (RTIT_STATUS_TRIGGEREN | RTIT_STATUS_STOPPED), 0);
+           " (expected %lx %lx)\n", traced_status_at_enable, traced_status_on, st, base, mp, e.base, e.mask_ptrs);
+    ASSERT_EQ(traced_ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN); /* TraceEn stays 1 */
+    /* traced_status_at_enable is only printed: §33.3.10 allows detection at enable or at first use. */
+    ASSERT(traced_status_on & RTIT_STATUS_ERROR);
+    ASSERT_EQ(traced_status_on & (RTIT_STATUS_TRIGGEREN | RTIT_STATUS_STOPPED), 0);
     ASSERT(st & RTIT_STATUS_ERROR);
     ASSERT_EQ(st & RTIT_STATUS_STOPPED, 0);
     ASSERT_EQ(base, e.base);
@@ -263,7 +249,7 @@ void test_main(void)
     wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(0, 0));
     wrmsr(MSR_IA32_RTIT_STATUS, RTIT_STATUS_ERROR);
     traced_run(CTL_TOPA, n_fill);
-    ASSERT_EQ(status_on & RTIT_STATUS_TRIGGEREN, 0);
+    ASSERT_EQ(traced_status_on & RTIT_STATUS_TRIGGEREN, 0);
     ASSERT(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_ERROR);
     ASSERT_EQ(pt_first_nonzero(rg, 16384), 16384);
     ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, 0));

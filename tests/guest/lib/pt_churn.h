@@ -3,7 +3,7 @@
  * the same code path within one test. */
 #ifndef PT_CHURN_H
 #define PT_CHURN_H
-#include "guest.h"
+#include "pt.h"
 
 __attribute__((noinline)) static uint64_t f0(uint64_t x) { return x * 3 + 1; }
 __attribute__((noinline)) static uint64_t f1(uint64_t x) { return x ^ (x >> 3); }
@@ -24,5 +24,19 @@ __attribute__((noinline)) static uint64_t churn(uint64_t n)
             acc += i;
     }
     return acc;
+}
+
+/* The one code path every traced run of a test takes, so runs of the same length produce the same
+ * bytes: enable with ctl | TraceEn, read STATUS, run churn(n), read CTL and STATUS while TraceEn is
+ * still 1 (RDMSR makes no packets), disable with ctl. */
+static volatile uint64_t churn_sink, traced_status_at_enable, traced_ctl_on, traced_status_on;
+__attribute__((noinline, unused)) static void traced_run(uint64_t ctl, uint64_t n)
+{
+    wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
+    traced_status_at_enable = rdmsr(MSR_IA32_RTIT_STATUS);
+    churn_sink = churn(n);
+    traced_ctl_on = rdmsr(MSR_IA32_RTIT_CTL);
+    traced_status_on = rdmsr(MSR_IA32_RTIT_STATUS);
+    wrmsr(MSR_IA32_RTIT_CTL, ctl);
 }
 #endif
