@@ -191,44 +191,46 @@ struct Vcpu {
     truth: Option<Vec<u8>>,
 }
 
-/// Per-vCPU scoreboard slot written inline (no callback) when a block's last instruction starts:
-/// tells whether QEMU left the block before its end.
-struct LastStarted(qemu_plugin::sys::qemu_plugin_u64);
+/// One u64 per vCPU in a QEMU scoreboard: inline operations read and write it without a
+/// callback, the plugin reads and writes it from the vCPU's own callbacks.
+struct PerVcpuU64(qemu_plugin::sys::qemu_plugin_u64);
 
 // SAFETY: the scoreboard is owned by QEMU for the plugin's lifetime and indexed per vCPU.
-unsafe impl Send for LastStarted {}
-unsafe impl Sync for LastStarted {}
+unsafe impl Send for PerVcpuU64 {}
+unsafe impl Sync for PerVcpuU64 {}
 
-impl LastStarted {
+impl PerVcpuU64 {
+    /// A zeroed slot per vCPU (never freed: it lives as long as QEMU).
     fn new() -> Self {
-        // SAFETY: plain allocation of one u64 per vCPU, never freed (lives as long as QEMU).
+        // SAFETY: plain allocation of one u64 per vCPU.
         let score = unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(8) };
-        LastStarted(qemu_plugin::sys::qemu_plugin_u64 { score, offset: 0 })
+        PerVcpuU64(qemu_plugin::sys::qemu_plugin_u64 { score, offset: 0 })
     }
 
-    /// Read and reset the vCPU's slot.
-    fn take(&self, vcpu: u32) -> u64 {
-        let v = qemu_plugin::qemu_plugin_u64_get(self.0, vcpu);
-        qemu_plugin::qemu_plugin_u64_set(self.0, vcpu, u64::MAX);
+    fn get(&self, vcpu: u32) -> u64 {
+        qemu_plugin::qemu_plugin_u64_get(self.0, vcpu)
+    }
+
+    fn set(&self, vcpu: u32, v: u64) {
+        qemu_plugin::qemu_plugin_u64_set(self.0, vcpu, v)
+    }
+
+    /// Read the vCPU's slot and reset it to `reset`.
+    fn take(&self, vcpu: u32, reset: u64) -> u64 {
+        let v = self.get(vcpu);
+        self.set(vcpu, reset);
         v
     }
 }
 
-/// Per-vCPU scoreboard slot read inline by every block: non-zero while anything needs the
-/// block callback (PT TraceEn, BTS, RTIT TriggerEn, ground truth, a pending result fix-up).
-/// Blocks run without any callback while it is 0, so a guest that does not trace pays only
-/// for the inline test (issue 8: tracing configured but disabled).
-struct BlockCallbackNeeded(qemu_plugin::sys::qemu_plugin_u64);
-
-// SAFETY: as for LastStarted.
-unsafe impl Send for BlockCallbackNeeded {}
-unsafe impl Sync for BlockCallbackNeeded {}
-
 pub struct Shared {
     opts: SystemOptions,
-    need_block_cb: BlockCallbackNeeded,
-    /// Per-vCPU count of instructions of the blocks started, added inline (no callback).
-    insns: BlockCallbackNeeded,
+    /// Non-zero while anything needs the block callback (PT TraceEn, BTS, RTIT TriggerEn, ground
+    /// truth, a pending result fix-up). Blocks run without any callback while it is 0, so a guest
+    /// that does not trace pays only for the inline test (issue 8: configured but disabled).
+    need_block_cb: PerVcpuU64,
+    /// Count of instructions of the blocks started, added inline.
+    insns: PerVcpuU64,
     /// Background thread granting drain bandwidth from the wall clock (`drain=realtime:`).
     drainer: Option<pttrace_core::pt::internal_buffer::RealTimeDrainer>,
     /// `-icount shift=N`: QEMU's TSC is virtual time, 2^N ns per instruction; the plugin's clock
@@ -236,7 +238,9 @@ pub struct Shared {
     icount_shift: Option<u32>,
     /// Host TSC minus guest TSC, learned from the guest's RDTSC results.
     tsc_offset: AtomicU64,
-    last_started: LastStarted,
+    /// Address of the last instruction that started, stored inline when a block's last
+    /// instruction starts: tells whether QEMU left the block before its end.
+    last_started: PerVcpuU64,
     out: Option<Output>,
     vcpus: Box<[Mutex<Option<Vcpu>>]>,
     code: crate::output::CodeImage,
@@ -305,7 +309,7 @@ impl Shared {
         }
     }
 
-    /// Recompute whether this vCPU's blocks need the block callback (see `BlockCallbackNeeded`).
+    /// Recompute whether this vCPU's blocks need the block callback (see `need_block_cb`).
     fn refresh_block_cb(&self, v: &mut Vcpu) {
         let p = &v.pending;
         let needed = v.tracer.trace_en()
@@ -318,7 +322,7 @@ impl Shared {
             || p.rdtsc.is_some();
         if v.block_cb_flag != Some(needed) {
             v.block_cb_flag = Some(needed);
-            qemu_plugin::qemu_plugin_u64_set(self.need_block_cb.0, v.index, u64::from(needed));
+            self.need_block_cb.set(v.index, u64::from(needed));
         }
     }
 
@@ -532,7 +536,7 @@ impl Shared {
         };
         v.pc_delta = pc.wrapping_sub(info.pc);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
-        let last_started = self.last_started.take(v.index);
+        let last_started = self.last_started.take(v.index, u64::MAX);
         if v.bts.active() && !v.bts.dtes64() {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
             v.bts.set_ia32e(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
@@ -570,7 +574,7 @@ impl Shared {
     /// instruction count << N (QEMU's virtual nanoseconds), or the instruction count on hosts
     /// without a TSC.
     fn raw_clock(&self, v: &Vcpu) -> u64 {
-        let insns = qemu_plugin::qemu_plugin_u64_get(self.insns.0, v.index);
+        let insns = self.insns.get(v.index);
         match (self.icount_shift, host_tsc()) {
             (Some(shift), _) => insns << shift,
             (None, Some(host)) => host,
@@ -596,7 +600,7 @@ impl Shared {
         if let Some(c) = v.credit.as_mut() {
             v.tracer.credit_from(c);
         } else {
-            let now = qemu_plugin::qemu_plugin_u64_get(self.insns.0, v.index);
+            let now = self.insns.get(v.index);
             v.tracer.credit(now.wrapping_sub(v.credited_insns));
             v.credited_insns = now;
         }
@@ -614,7 +618,7 @@ impl Shared {
                 Some(spec) => {
                     let allowance = match spec.drain {
                         pttrace_core::pt::buffer_spec::DrainSpec::PerInstructions { bytes, insns } => {
-                            let now = qemu_plugin::qemu_plugin_u64_get(self.insns.0, v.index);
+                            let now = self.insns.get(v.index);
                             let d = now.wrapping_sub(v.credited_insns);
                             v.credited_insns = now;
                             let cap = spec.capacity as u128 * u128::from(insns);
@@ -1101,7 +1105,7 @@ impl Shared {
             }
             sh.update_tsc(v);
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
-            let last_started = sh.last_started.take(vcpu);
+            let last_started = sh.last_started.take(vcpu, u64::MAX);
             let mut sink = Retire { pt: &mut v.tracer, rtit: v.rtit.as_mut(), bts: &mut v.bts, bts_pmi: false };
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {
@@ -1250,16 +1254,9 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
         out,
         vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
         code: crate::output::CodeImage::default(),
-        last_started: LastStarted::new(),
-        // SAFETY: plain allocations of one u64 per vCPU (zeroed), never freed.
-        need_block_cb: BlockCallbackNeeded(qemu_plugin::sys::qemu_plugin_u64 {
-            score: unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(8) },
-            offset: 0,
-        }),
-        insns: BlockCallbackNeeded(qemu_plugin::sys::qemu_plugin_u64 {
-            score: unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(8) },
-            offset: 0,
-        }),
+        last_started: PerVcpuU64::new(),
+        need_block_cb: PerVcpuU64::new(),
+        insns: PerVcpuU64::new(),
         icount_shift: icount_shift(),
         drainer,
         tsc_offset: AtomicU64::new(0),
