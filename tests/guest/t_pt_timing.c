@@ -1,5 +1,6 @@
 // qemu-options: -icount shift=3,sleep=off
 // host-check: timing
+// host-check: rerun
 /* Timing packets from the guest's clock (issue 7), deterministic under -icount.
  * TSCEn, MTCEn (MTCFreq 3), CYCEn (CycThresh 2) and a PSB every 2 KiB: the stream carries TSC and
  * TMA in every PSB+, MTC and CYC in between. The guest reads RDTSC before enabling and after
