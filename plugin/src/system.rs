@@ -102,19 +102,25 @@ impl RetireSink for Retire<'_> {
         }
     }
     fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
-        self.pt.async_event(AsyncKind::SoftwareInterrupt { ip }, handler, to);
+        let why = AsyncKind::SoftwareInterrupt { ip };
+        self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.software_interrupt(ip, nlip, handler, to);
         }
-        if self.bts.active() {
-            self.bts_pmi |= self.bts.on_async(&mut LinearMem, AsyncKind::SoftwareInterrupt { ip }, handler, to).pmi;
-        }
+        self.bts_event(why, handler, to);
     }
     fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
         self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.async_event(why, handler, to);
         }
+        self.bts_event(why, handler, to);
+    }
+}
+
+impl Retire<'_> {
+    /// The BTS record of an interrupt, exception or INT n.
+    fn bts_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
         if self.bts.active() {
             self.bts_pmi |= self.bts.on_async(&mut LinearMem, why, handler, to).pmi;
         }
@@ -181,7 +187,7 @@ struct Vcpu {
     credited_insns: u64,
     /// Drain credit from the real-time drainer thread (`drain=realtime:`).
     credit: Option<pttrace_core::pt::internal_buffer::DrainCredit>,
-    /// RTIT drain credit not yet used, in byte-instructions (bytes x the drain period).
+    /// Fraction of an RTIT drain byte carried to the next block (see `Bandwidth::bytes_for`).
     rtit_credit: u128,
     /// Trace bytes generated after the output stopped (ToPA STOP, output error): hardware loses
     /// them too; counted and reported at exit.
@@ -616,25 +622,20 @@ impl Shared {
             match self.opts.buffer {
                 None => r.drain(&mut PhysMem),
                 Some(spec) => {
+                    // Bandwidth beyond the pending bytes is lost, as for Intel PT's buffer.
                     let allowance = match spec.drain {
                         pttrace_core::pt::buffer_spec::DrainSpec::PerInstructions { bytes, insns } => {
                             let now = self.insns.get(v.index);
                             let d = now.wrapping_sub(v.credited_insns);
                             v.credited_insns = now;
-                            let cap = spec.capacity as u128 * u128::from(insns);
-                            v.rtit_credit = (v.rtit_credit + u128::from(d) * u128::from(bytes)).min(cap);
-                            let n = v.rtit_credit / u128::from(insns);
-                            v.rtit_credit -= n * u128::from(insns);
-                            n as usize
+                            pttrace_core::pt::internal_buffer::Bandwidth::new(bytes, insns)
+                                .map_or(0, |bw| bw.bytes_for(d, &mut v.rtit_credit))
                         }
                         pttrace_core::pt::buffer_spec::DrainSpec::RealTime { .. } => {
-                            v.credit.as_mut().map_or(0, |c| c.take()).min(spec.capacity as u64) as usize
+                            v.credit.as_mut().map_or(0, |c| c.take())
                         }
                     };
-                    r.drain_up_to(&mut PhysMem, allowance);
-                    if r.pending_bytes().is_empty() {
-                        v.rtit_credit = 0; // an idle drain does not bank bandwidth
-                    }
+                    r.drain_up_to(&mut PhysMem, usize::try_from(allowance).unwrap_or(usize::MAX));
                 }
             }
             if let Some(out) = &self.out {
@@ -660,19 +661,17 @@ impl Shared {
             out.send(FileKey::Pt(v.index + 1), bytes[..written].to_vec());
         }
         v.tracer.clear_output();
-        {
-            if outcome.pmi {
-                self.raise_topa_pmi(v);
-            }
-            if outcome.stopped {
-                v.msrs.status.set_stopped(true);
-                v.tracer.stop_without_packets();
-            }
-            if outcome.error.is_some() {
-                v.msrs.status.set_error(true);
-                v.output_active = false;
-                v.tracer.stop_without_packets();
-            }
+        if outcome.pmi {
+            self.raise_topa_pmi(v);
+        }
+        if outcome.stopped {
+            v.msrs.status.set_stopped(true);
+            v.tracer.stop_without_packets();
+        }
+        if outcome.error.is_some() {
+            v.msrs.status.set_error(true);
+            v.output_active = false;
+            v.tracer.stop_without_packets();
         }
     }
 

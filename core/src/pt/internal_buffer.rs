@@ -96,6 +96,15 @@ impl Bandwidth {
         self.bytes
     }
 
+    /// Whole bytes `units` of guest progress allow to drain; the fraction is carried in
+    /// `remainder` (in bytes x per_units) to the next call.
+    pub fn bytes_for(self, units: u64, remainder: &mut u128) -> u64 {
+        let total = *remainder + u128::from(units) * u128::from(self.bytes);
+        let per = u128::from(self.per_units);
+        *remainder = total % per;
+        u64::try_from(total / per).unwrap_or(u64::MAX)
+    }
+
     pub fn per_units(self) -> u64 {
         self.per_units
     }
@@ -339,11 +348,7 @@ impl InternalBuffer {
     /// `bandwidth * units` bytes (carrying the fraction) from pending to hand-off. Returns the
     /// bytes moved (credit beyond the pending bytes is lost).
     pub fn credit(&mut self, units: u64) -> usize {
-        let bw = self.cfg.bandwidth;
-        let total = self.remainder + u128::from(units) * u128::from(bw.bytes);
-        let per = u128::from(bw.per_units);
-        self.remainder = total % per;
-        let bytes = u64::try_from(total / per).unwrap_or(u64::MAX);
+        let bytes = self.cfg.bandwidth.bytes_for(units, &mut self.remainder);
         self.credit_bytes(bytes)
     }
 
