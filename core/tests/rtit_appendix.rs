@@ -1,8 +1,11 @@
 //! RTIT Programming Reference v1.05 Appendix A (programming examples), §2.5.1 (Table 3 trace
 //! example) and Appendix B §4.2 (re-enabling RTIT), as scenarios with exact packet sequences.
 
+mod common;
+
 /// Every test sits in `rtit` so `cargo test rtit` selects them.
 mod rtit {
+    use super::common::*;
     use pttrace_core::guest_mem::SparseMemory;
     use pttrace_core::insn_class::{BranchKind, FarKind};
     use pttrace_core::pt::packet::ExecMode;
@@ -21,18 +24,6 @@ mod rtit {
     const KERNEL: Context = Context { cpl: 0, cr3: APP_CR3, mode: ExecMode::Bit64 };
     const KERNEL_ENTRY: u64 = 0xFFFF_FFFF_8100_0000;
 
-    fn fup(kind: FupKind, lip: Lip) -> Packet {
-        Fup { kind, lip }
-    }
-    fn z16(ip: u64) -> Lip {
-        Lip { cnt: 0, zext: true, payload: ip }
-    }
-    fn z32(ip: u64) -> Lip {
-        Lip { cnt: 1, zext: true, payload: ip }
-    }
-    fn c16(ip: u64) -> Lip {
-        Lip { cnt: 0, zext: false, payload: ip & 0xFFFF }
-    }
 
     struct Sys {
         t: RtitTracer,

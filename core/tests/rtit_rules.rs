@@ -3,8 +3,11 @@
 //! §3.3.2), Table 17 gating with Less_Pkts, MTC/STS/cycle counts (§4.2.12-§4.2.15), buffer
 //! overflow (§4.2.5), event IDs (Table 7) and the reproducible errata (Appendix E).
 
+mod common;
+
 /// Every test sits in `rtit` so `cargo test rtit` selects them.
 mod rtit {
+    use super::common::*;
     use pttrace_core::guest_mem::SparseMemory;
     use pttrace_core::insn_class::{BranchKind, FarKind};
     use pttrace_core::pt::packet::ExecMode;
@@ -21,15 +24,6 @@ mod rtit {
     const USER: Context = Context { cpl: 3, cr3: 0x1000, mode: ExecMode::Bit64 };
     const SETUP: u64 = 0x9000;
 
-    fn fup(kind: FupKind, lip: Lip) -> Packet {
-        Fup { kind, lip }
-    }
-    fn z16(ip: u64) -> Lip {
-        Lip { cnt: 0, zext: true, payload: ip }
-    }
-    fn z32(ip: u64) -> Lip {
-        Lip { cnt: 1, zext: true, payload: ip }
-    }
 
     struct Rig {
         t: RtitTracer,

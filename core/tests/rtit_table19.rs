@@ -8,8 +8,11 @@
 //! Set-up: user-mode tracing (RTIT_CTL.User) with RTIT_EVENTS.Filter_Event_ID = RANGE0 =
 //! [RTIT_LIP0..RTIT_LIP2-1] = [B..L-1]; TraceStop never (Always off).
 
+mod common;
+
 /// Every test sits in `rtit` so `cargo test rtit` selects them.
 mod rtit {
+    use super::common::*;
     use pttrace_core::guest_mem::SparseMemory;
     use pttrace_core::insn_class::{BranchKind, FarKind};
     use pttrace_core::pt::packet::ExecMode;
@@ -38,15 +41,6 @@ mod rtit {
 
     fn full(ip: u64) -> Lip {
         Lip::full(ip)
-    }
-    fn c16(ip: u64) -> Lip {
-        Lip { cnt: 0, zext: false, payload: ip & 0xFFFF }
-    }
-    fn c32(ip: u64) -> Lip {
-        Lip { cnt: 1, zext: false, payload: ip & 0xFFFF_FFFF }
-    }
-    fn fup(kind: FupKind, lip: Lip) -> Packet {
-        Fup { kind, lip }
     }
 
     struct Rig {
