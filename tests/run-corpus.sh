@@ -121,17 +121,22 @@ range_check() {  # name program ok-text expected-file
   fi
 }
 # TraceStop at insertion_sort(), called directly after data-dependent branches: the results of
-# those branches stay in RTIT_TNT_BUFF at the stop (§4.2.11) and the stream ends TraceStop, TNT.
+# those branches stay in RTIT_TNT_BUFF at the stop (§4.2.11) and the stream ends TraceStop, then
+# the partial TNT the model writes at the end -- unless no result was pending (how many branches
+# libc's start-up takes depends on the environment, so either can happen); the decoded flow must
+# equal the ground truth before insertion_sort either way.
 sort=$(nm "$bin/loops" | awk '$3 == "insertion_sort" { print $1 }')
 dir=$out/rtit-variant-stop
 rm -rf "$dir"
 "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$dir,truth=1,trace=rtit,stop=0x$sort-0x$sort" "$bin/loops" >/dev/null 2>"$dir.stderr"
 idx=$(grep -n -m1 -x "$(printf '%x' "0x$sort")" "$dir/thread-1.truth" | cut -d: -f1)
 head -n $((idx - 1)) "$dir/thread-1.truth" >"$dir.want"
-if "$tool" rtit-dump "$dir/thread-1.rtit" 2>/dev/null | tail -2 | head -1 | grep -q 'TraceStop$'; then
-  range_check stop loops "stop=insertion_sort" "$dir.want" " before insertion_sort, stream ends TraceStop + TNT"
+last=$("$tool" rtit-dump "$dir/thread-1.rtit" 2>/dev/null | tail -1)
+before=$("$tool" rtit-dump "$dir/thread-1.rtit" 2>/dev/null | tail -2 | head -1)
+if [[ "$last" = *" TraceStop" ]] || { [[ "$before" = *" TraceStop" ]] && [[ "$last" = *" TNT "* ]]; }; then
+  range_check stop loops "stop=insertion_sort" "$dir.want" " before insertion_sort, stream ends with TraceStop"
 else
-  echo "FAIL loops [trace=rtit,stop=insertion_sort]: stream does not end with TraceStop + TNT"; fail=1
+  echo "FAIL loops [trace=rtit,stop=insertion_sort]: stream does not end with TraceStop (+ the partial TNT): $before / $last"; fail=1
 fi
 # Filter from the second instruction of insertion_sort() to its end: the range base lies inside
 # a block and is reached sequentially (the plugin's RtitTracer::linear calls).
