@@ -7,6 +7,7 @@
 //! - keeps per-vCPU model state in a table indexed by vCPU (no global lock on the hot path),
 //! - hands filled trace buffers to a writer thread (`output`).
 
+mod fatal_signal;
 mod glib;
 mod guest;
 mod output;
@@ -25,6 +26,7 @@ pub(crate) static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_fork_child() {
     FORKED_CHILD.store(true, Ordering::Release);
+    fatal_signal::forked_child();
 }
 
 unsafe extern "C" {

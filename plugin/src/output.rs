@@ -3,6 +3,12 @@
 //! vCPU callbacks never touch files: they move filled buffers into a crossbeam channel, and one
 //! background thread owns every output file. At exit the plugin sends `Sync` and waits for the
 //! acknowledgement, so every byte the model produced is on disk before QEMU exits.
+//!
+//! A run that is killed (SIGKILL, the OOM killer) or runs out of disk keeps a decodable prefix
+//! (issue 20): the writer writes code.img (and maps.txt) before any trace or truth byte that
+//! follows it in the channel, so every instruction a stream on disk refers to is on disk too;
+//! `Flush` (every `fatal_signal::FLUSH_INTERVAL`) writes everything buffered; after the first
+//! write error nothing more is written, so the files stay a consistent prefix.
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::HashMap;
@@ -20,6 +26,8 @@ pub enum FileKey {
     Truth(u32),
     /// code.img: bytes of every translated instruction.
     Code,
+    /// maps.txt: executable file mappings (user mode), one line each.
+    Maps,
 }
 
 impl FileKey {
@@ -29,6 +37,7 @@ impl FileKey {
             FileKey::Rtit(n) => format!("thread-{n}.rtit"),
             FileKey::Truth(n) => format!("thread-{n}.truth"),
             FileKey::Code => "code.img".to_string(),
+            FileKey::Maps => "maps.txt".to_string(),
         }
     }
 }
@@ -38,6 +47,8 @@ pub enum Msg {
     Close(FileKey),
     /// Flush every open file, then acknowledge.
     Sync(Sender<Result<(), String>>),
+    /// Flush every open file (the bounded-interval flush).
+    Flush,
 }
 
 pub struct Output {
@@ -73,6 +84,11 @@ impl Output {
         let _ = self.tx.send(Msg::Close(key));
     }
 
+    /// Write everything sent so far to the files (without waiting).
+    pub fn flush(&self) {
+        let _ = self.tx.send(Msg::Flush);
+    }
+
     /// Wait until everything sent so far is written; returns the first write error, if any.
     pub fn sync(&self) -> Result<(), String> {
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
@@ -90,13 +106,49 @@ fn writer(dir: PathBuf, rx: Receiver<Msg>) {
     let mut error: Option<String> = None;
     let note = |e: String, error: &mut Option<String>| {
         if error.is_none() {
-            eprintln!("pttrace: {e}");
+            eprintln!("pttrace: {e}; nothing more is written, the files hold a decodable prefix");
             *error = Some(e);
+        }
+    };
+    // Sideband first: code.img and maps.txt reach the files before the stream bytes after them.
+    let flush_all = |files: &mut HashMap<FileKey, BufWriter<File>>, error: &mut Option<String>| {
+        for key in [FileKey::Code, FileKey::Maps] {
+            if let Some(f) = files.get_mut(&key) {
+                if let Err(e) = f.flush() {
+                    note(format!("writing {}: {e}", key.file_name()), error);
+                }
+            }
+        }
+        if error.is_some() {
+            return;
+        }
+        for (key, f) in files.iter_mut() {
+            if let Err(e) = f.flush() {
+                note(format!("writing {}: {e}", key.file_name()), error);
+                return;
+            }
         }
     };
     for msg in rx {
         match msg {
             Msg::Data(key, bytes) => {
+                if error.is_some() {
+                    continue;
+                }
+                if !matches!(key, FileKey::Code | FileKey::Maps) {
+                    for side in [FileKey::Code, FileKey::Maps] {
+                        if let Some(f) = files.get_mut(&side) {
+                            if !f.buffer().is_empty() {
+                                if let Err(e) = f.flush() {
+                                    note(format!("writing {}: {e}", side.file_name()), &mut error);
+                                }
+                            }
+                        }
+                    }
+                    if error.is_some() {
+                        continue;
+                    }
+                }
                 let f = match files.entry(key) {
                     std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::hash_map::Entry::Vacant(e) => {
@@ -119,16 +171,21 @@ fn writer(dir: PathBuf, rx: Receiver<Msg>) {
             }
             Msg::Close(key) => {
                 if let Some(mut f) = files.remove(&key) {
-                    if let Err(e) = f.flush() {
-                        note(format!("writing {}: {e}", key.file_name()), &mut error);
+                    if error.is_none() {
+                        if let Err(e) = f.flush() {
+                            note(format!("writing {}: {e}", key.file_name()), &mut error);
+                        }
                     }
                 }
             }
+            Msg::Flush => {
+                if error.is_none() {
+                    flush_all(&mut files, &mut error);
+                }
+            }
             Msg::Sync(ack) => {
-                for (key, f) in files.iter_mut() {
-                    if let Err(e) = f.flush() {
-                        note(format!("writing {}: {e}", key.file_name()), &mut error);
-                    }
+                if error.is_none() {
+                    flush_all(&mut files, &mut error);
                 }
                 let _ = ack.send(match &error {
                     Some(e) => Err(e.clone()),
@@ -136,10 +193,16 @@ fn writer(dir: PathBuf, rx: Receiver<Msg>) {
                 });
             }
         }
+        if error.is_some() && !files.is_empty() {
+            // Discard what is buffered: dropping a BufWriter would try to write it.
+            for (_, f) in files.drain() {
+                let _ = f.into_parts();
+            }
+        }
     }
 }
 
-fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     // SAFETY: plain libc calls on stack-allocated signal sets of this thread.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();

@@ -1,6 +1,7 @@
 //! User mode (`qemu-x86_64`): one trace stream per guest thread (Intel PT, or Atom RTIT with
 //! `trace=rtit`), written to host files.
 
+use crate::fatal_signal;
 use crate::guest;
 use crate::output::{FileKey, Output};
 use crate::{fail, forked_child, guarded, FORKED_CHILD};
@@ -72,6 +73,8 @@ struct VcpuTrace {
     credit: Option<pttrace_core::pt::internal_buffer::DrainCredit>,
     truth: Option<Vec<u8>>,
     last_truth_ip: u64,
+    /// Flush epoch at the last hand-off (`fatal_signal::FLUSH_INTERVAL`).
+    epoch: u32,
 }
 
 struct SignalAction {
@@ -93,7 +96,8 @@ pub struct Shared {
     code: crate::output::CodeImage,
     /// Pending mmap arguments per vCPU (for maps.txt).
     pending_mmap: Mutex<HashMap<VCPUIndex, (u64, u64, i64, u64)>>,
-    maps: Mutex<Vec<String>>,
+    /// Set once the streams are finished (normal exit or a fatal signal): `finish_run` runs once.
+    finished: std::sync::atomic::AtomicBool,
     totals: Mutex<Totals>,
     binary: OnceLock<String>,
     /// Background thread granting drain bandwidth from the wall clock (`drain=realtime:`).
@@ -137,6 +141,10 @@ impl Shared {
         if forked_child() {
             return;
         }
+        if fatal_signal::pending() {
+            release_held();
+            fatal_signal::park();
+        }
         self.with_own_slot(vcpu, |slot| self.on_block_locked(slot, info));
     }
 
@@ -171,6 +179,22 @@ impl Shared {
                     self.out.send(FileKey::Rtit(v.thread), r.take_output());
                 }
             }
+        }
+        // Bounded-interval flush (issue 20): hand everything buffered to the writer.
+        let epoch = fatal_signal::epoch();
+        if epoch != v.epoch {
+            v.epoch = epoch;
+            self.hand_off(v);
+        }
+    }
+
+    /// Give the writer this thread's buffered stream and truth bytes.
+    fn hand_off(&self, v: &mut VcpuTrace) {
+        let key = v.tracer.key(v.thread);
+        let bytes = v.tracer.as_user_tracer().take_output();
+        self.out.send(key, bytes);
+        if let Some(buf) = v.truth.as_mut() {
+            self.out.send(FileKey::Truth(v.thread), std::mem::take(buf));
         }
     }
 
@@ -259,6 +283,7 @@ impl Shared {
             credit: self.drainer.as_ref().map(|d| d.credit()),
             truth: self.opts.truth.then(Vec::new),
             last_truth_ip: u64::MAX,
+            epoch: fatal_signal::epoch(),
         };
         release_held();
         let old = slot.lock().replace(v);
@@ -311,6 +336,38 @@ impl Shared {
     }
 
     pub(crate) fn at_exit(&self) {
+        self.finish_run("exit");
+    }
+
+    /// A default-fatal signal ends the run (`fatal_signal`): finish like at exit.
+    fn on_fatal_signal(&self, sig: i32) {
+        self.finish_run(&format!("signal {sig}"));
+    }
+
+    /// Every FLUSH_INTERVAL: hand off the bytes of threads that are not running (blocked in a
+    /// system call: their slot is free) and write everything to the files.
+    fn on_flush_tick(&self) {
+        if forked_child() || self.finished.load(Ordering::Acquire) {
+            return;
+        }
+        let n = (self.next_thread.load(Ordering::Relaxed) as usize).min(self.vcpus.len());
+        for slot in self.vcpus.iter().take(n) {
+            if let Some(mut g) = slot.try_lock() {
+                if let Some(v) = g.as_mut() {
+                    self.hand_off(v);
+                }
+            }
+        }
+        self.out.flush();
+    }
+
+    /// Finish every stream, write the sideband and wait for the writer; `end` goes to meta.txt
+    /// (`end=exit` or `end=signal N`): a directory without it was cut short (SIGKILL, crash,
+    /// disk full) and its streams may end mid-flow.
+    fn finish_run(&self, end: &str) {
+        if self.finished.swap(true, Ordering::AcqRel) {
+            return;
+        }
         if FORKED_CHILD.load(Ordering::Relaxed) {
             eprintln!(
                 "pttrace: process {} was forked by the traced program; forked children are not traced",
@@ -326,8 +383,10 @@ impl Shared {
                 self.finish(v);
             }
         }
-        self.write_sideband();
         let sync = self.out.sync();
+        if sync.is_ok() {
+            self.write_meta_end(Some(end));
+        }
         let t = self.totals.lock();
         eprintln!(
             "pttrace: {} thread(s), {} {} bytes, {} packets, {} PSBs, {} blocks, {} signals{} -> {}",
@@ -347,7 +406,10 @@ impl Shared {
     }
 
     pub(crate) fn translate(&self, tb: &TranslationBlock) {
-        self.binary.get_or_init(binary_meta);
+        if self.binary.get().is_none() && self.binary.set(binary_meta()).is_ok() {
+            // meta.txt with the binary's layout right away: a run cut short keeps it.
+            self.write_meta_end(None);
+        }
         if self.opts.trace == TraceKind::Off {
             return;
         }
@@ -424,19 +486,22 @@ impl Shared {
                 self.out.send(FileKey::Truth(v.thread), std::mem::take(buf));
             }
         }
-        self.write_sideband();
-        if let Err(e) = self.out.sync() {
+        let sync = self.out.sync();
+        if sync.is_ok() {
+            // The new program (or the resumed one, if execve fails) rewrites it.
+            self.write_meta_end(Some("execve"));
+        }
+        if let Err(e) = sync {
             eprintln!("pttrace: trace output incomplete: {e}");
         }
     }
 
-    fn write_sideband(&self) {
-        if let Err(e) = std::fs::write(self.opts.out.join("maps.txt"), self.maps.lock().join("")) {
-            eprintln!("pttrace: writing maps.txt: {e}");
-        }
+    /// meta.txt with the binary's layout, and `end=` once the run ended in order.
+    fn write_meta_end(&self, end: Option<&str>) {
         if let Err(e) = write_meta(
             &self.opts,
             self.binary.get().map(String::as_str).unwrap_or(""),
+            end,
         ) {
             eprintln!("pttrace: writing meta.txt: {e}");
         }
@@ -447,6 +512,9 @@ impl Shared {
         release_held();
         if forked_child() {
             return;
+        }
+        if fatal_signal::pending() {
+            fatal_signal::park();
         }
         match num {
             // execve, execveat
@@ -480,7 +548,19 @@ impl Shared {
     }
 
     pub(crate) fn syscall_return(&self, vcpu: VCPUIndex, num: i64, ret: i64) {
-        if num != 9 || forked_child() {
+        if forked_child() {
+            return;
+        }
+        if fatal_signal::pending() {
+            // A signal the program sent itself: the thread dies in the kernel.
+            release_held();
+            fatal_signal::park();
+        }
+        // rt_sigaction: QEMU re-installed the host action of the signal (issue 20).
+        if num == 13 && ret == 0 {
+            fatal_signal::reclaim_defaults();
+        }
+        if num != 9 {
             return;
         }
         let Some((len, _prot, fd, off)) = self.pending_mmap.lock().remove(&vcpu) else {
@@ -493,13 +573,8 @@ impl Shared {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| format!("fd:{fd}"));
         let start = ret as u64;
-        self.maps.lock().push(format!(
-            "{:x} {:x} {:x} {}\n",
-            start,
-            start + len,
-            off,
-            path
-        ));
+        let line = format!("{:x} {:x} {:x} {}\n", start, start + len, off, path);
+        self.out.send(FileKey::Maps, line.into_bytes());
     }
 }
 
@@ -548,7 +623,7 @@ fn binary_meta() -> String {
     m
 }
 
-fn write_meta(opts: &Options, binary: &str) -> std::io::Result<()> {
+fn write_meta(opts: &Options, binary: &str, end: Option<&str>) -> std::io::Result<()> {
     let mut m = String::new();
     let _ = writeln!(m, "format=pttrace-1");
     let _ = writeln!(m, "mode=user");
@@ -571,8 +646,15 @@ fn write_meta(opts: &Options, binary: &str) -> std::io::Result<()> {
         TraceKind::Off => {}
     }
     let _ = writeln!(m, "options={}", opts.raw.join(","));
-    let mut f = std::fs::File::create(opts.out.join("meta.txt"))?;
-    f.write_all(m.as_bytes())
+    if let Some(end) = end {
+        let _ = writeln!(m, "end={end}");
+    }
+    // Replaced whole (write, then rename), so a full disk or a kill never leaves it half-written.
+    let tmp = opts.out.join(".meta.txt.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(m.as_bytes())?;
+    drop(f);
+    std::fs::rename(&tmp, opts.out.join("meta.txt"))
 }
 
 /// Parse the options, prepare the output directory and install the user-mode callbacks.
@@ -591,12 +673,13 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
             if (name.starts_with("thread-")
                 && (name.ends_with(".pt") || name.ends_with(".rtit") || name.ends_with(".truth")))
                 || name == "code.img"
+                || name == "maps.txt"
             {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
-    if let Err(e) = write_meta(&opts, "") {
+    if let Err(e) = write_meta(&opts, "", None) {
         fail(&format!(
             "option 'out': cannot write {}: {e}",
             opts.out.join("meta.txt").display()
@@ -622,13 +705,32 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         n_handlers: AtomicUsize::new(0),
         code: crate::output::CodeImage::default(),
         pending_mmap: Mutex::new(HashMap::new()),
-        maps: Mutex::new(Vec::new()),
+        finished: std::sync::atomic::AtomicBool::new(false),
         totals: Mutex::new(Totals::default()),
         binary: OnceLock::new(),
         drainer,
     };
     if SHARED.set(shared).is_err() {
         fail("plugin loaded twice");
+    }
+    if let Some(sh) = SHARED.get() {
+        if sh.opts.trace != TraceKind::Off {
+            // An empty maps.txt exists from the start (the writer appends to it).
+            let _ = std::fs::File::create(sh.opts.out.join("maps.txt"));
+            fatal_signal::install(
+                |sig| {
+                    if let Some(sh) = SHARED.get() {
+                        guarded("fatal signal", || sh.on_fatal_signal(sig));
+                    }
+                },
+                || {
+                    if let Some(sh) = SHARED.get() {
+                        guarded("flush", || sh.on_flush_tick());
+                    }
+                },
+            )
+            .unwrap_or_else(|e| fail(&format!("cannot start the finisher thread: {e}")));
+        }
     }
     qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {
         if let Some(sh) = SHARED.get() {
