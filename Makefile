@@ -31,6 +31,7 @@ test-corpus: all qemu
 	@bash tests/run-corpus.sh
 	@bash tests/options.sh
 	@bash tests/run-guest.sh
+	@bash tests/signals.sh
 
 test: test-unit test-corpus test-linux
 

@@ -129,7 +129,19 @@ fn writer(dir: PathBuf, rx: Receiver<Msg>) {
             }
         }
     };
-    for msg in rx {
+    // The bounded-interval flush: whatever arrives is on disk within FLUSH_INTERVAL.
+    let interval = crate::fatal_signal::FLUSH_INTERVAL;
+    let mut last_flush = std::time::Instant::now();
+    loop {
+        let msg = match rx.recv_timeout(interval) {
+            Ok(m) => m,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Msg::Flush,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        };
+        if last_flush.elapsed() >= interval && error.is_none() {
+            flush_all(&mut files, &mut error);
+            last_flush = std::time::Instant::now();
+        }
         match msg {
             Msg::Data(key, bytes) => {
                 if error.is_some() {
@@ -213,6 +225,18 @@ pub(crate) fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         r
     }
+}
+
+/// Replace `path` with `contents` whole (write a temporary file, then rename), so a full disk or
+/// a kill never leaves it half-written.
+pub fn replace_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = File::create(&tmp)?;
+    f.write_all(contents)?;
+    drop(f);
+    std::fs::rename(&tmp, path)
 }
 
 /// The code sideband (code.img): the bytes of every translated block, each block address written

@@ -1163,12 +1163,24 @@ impl Shared {
                 out.send(FileKey::Truth(v.index + 1), t);
             }
         }
-        if let Some(out) = &self.out {
-            if let Err(e) = out.sync() {
-                eprintln!("pttrace: host copy of the trace incomplete: {e}");
+        if let (Some(out), Some(dir)) = (&self.out, &self.opts.out) {
+            match out.sync() {
+                Err(e) => eprintln!("pttrace: host copy of the trace incomplete: {e}"),
+                // Every stream is complete: say so (a directory without end= was cut short).
+                Ok(()) => {
+                    let meta = format!("{}end=exit\n", system_meta(&self.opts));
+                    if let Err(e) = crate::output::replace_file(&dir.join("meta.txt"), meta.as_bytes()) {
+                        eprintln!("pttrace: writing meta.txt: {e}");
+                    }
+                }
             }
         }
     }
+}
+
+/// meta.txt of a full-system run (`end=` is added once every stream is complete).
+fn system_meta(opts: &SystemOptions) -> String {
+    format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","))
 }
 
 /// Effective linear address of the memory operand of the instruction in `bytes` (flat segments
@@ -1239,8 +1251,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
             }
             let o = Output::start(dir).unwrap_or_else(|e| fail(&format!("cannot start writer thread: {e}")));
             o.send(FileKey::Code, b"PTCODE1\n".to_vec());
-            let meta = format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","));
-            if let Err(e) = std::fs::write(dir.join("meta.txt"), meta) {
+            if let Err(e) = std::fs::write(dir.join("meta.txt"), system_meta(&opts)) {
                 fail(&format!("option 'out': cannot write meta.txt: {e}"));
             }
             Some(o)

@@ -16,7 +16,6 @@ use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, RegisterDescriptor, TranslationBlock, VCPUIndex};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
@@ -649,12 +648,7 @@ fn write_meta(opts: &Options, binary: &str, end: Option<&str>) -> std::io::Resul
     if let Some(end) = end {
         let _ = writeln!(m, "end={end}");
     }
-    // Replaced whole (write, then rename), so a full disk or a kill never leaves it half-written.
-    let tmp = opts.out.join(".meta.txt.tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(m.as_bytes())?;
-    drop(f);
-    std::fs::rename(&tmp, opts.out.join("meta.txt"))
+    crate::output::replace_file(&opts.out.join("meta.txt"), m.as_bytes())
 }
 
 /// Parse the options, prepare the output directory and install the user-mode callbacks.

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 use crate::decode::{decode_to_vec, print_decode_error, print_load_warnings};
-use crate::error::{Result, ToolError, EXIT_FAIL, EXIT_OK};
+use crate::error::{Result, ToolError, EXIT_FAIL, EXIT_OK, EXIT_TRUNCATED};
 use crate::hexfmt::parse_hex;
 use crate::outdir::OutDir;
 use crate::rtit::decode_rtit;
@@ -32,7 +32,17 @@ pub fn parse_truth(data: &[u8]) -> std::result::Result<Vec<u64>, String> {
 }
 
 pub fn load_truth(path: &Path) -> Result<Vec<u64>> {
-    let data = std::fs::read(path).map_err(|e| ToolError::io("cannot read", path, e))?;
+    load_truth_cut(path, false)
+}
+
+/// `cut_short`: the run was cut short, so the file may end in the middle of a line; that partial
+/// line is dropped.
+pub fn load_truth_cut(path: &Path, cut_short: bool) -> Result<Vec<u64>> {
+    let mut data = std::fs::read(path).map_err(|e| ToolError::io("cannot read", path, e))?;
+    if cut_short {
+        let whole = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        data.truncate(whole);
+    }
     parse_truth(&data).map_err(|e| ToolError::input(format!("{}: {e}", path.display())))
 }
 
@@ -189,6 +199,10 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
     let cpu = dir.cpu();
     let rtit = dir.is_rtit();
     let streams = if rtit { &dir.rtits } else { &dir.threads };
+    let cut_short = dir.cut_short();
+    if cut_short {
+        eprintln!("{}; each stream is compared with its truth as far as both go", dir.cut_short_warning());
+    }
 
     // Threads with a trace but no truth are listed (in order) as skipped.
     let mut listed: Vec<u32> = threads.clone();
@@ -204,7 +218,7 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
             writeln!(out, "thread {n}: no truth file, skipped").map_err(wr)?;
             continue;
         }
-        let truth = load_truth(&dir.truth_path(n))?;
+        let mut truth = load_truth_cut(&dir.truth_path(n), cut_short)?;
         let (decoded, errors) = if rtit && streams.contains(&n) {
             let trace = dir.read_rtit(n)?;
             let d = decode_rtit(&trace, &code, dir);
@@ -216,14 +230,33 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
             let trace = dir.read_pt(n)?;
             let mut printed = 0;
             let (ips, stats) = decode_to_vec(&trace, &code, cpu, |e| {
-                print_decode_error(n, e, &mut printed)
+                if cut_short && e.message.starts_with("trace ends with a truncated packet") {
+                    eprintln!("pttrace: thread {n}: stream truncated at {}: {}", e.offset_str(), e.message);
+                } else {
+                    print_decode_error(n, e, &mut printed)
+                }
             });
-            (ips, stats.errors)
+            (ips, stats.errors - if cut_short { stats.truncated_tail } else { 0 })
         } else {
             let path = if rtit { dir.rtit_path(n) } else { dir.pt_path(n) };
             eprintln!("pttrace: thread {n}: {} is missing", path.display());
             (Vec::new(), 1)
         };
+        let mut decoded = decoded;
+        if cut_short {
+            // Both files stop where their bytes stopped reaching the disk: compare the prefix
+            // they share (the stream and the truth are flushed at the same intervals).
+            let m = decoded.len().min(truth.len());
+            writeln!(
+                out,
+                "thread {n}: run cut short: decoded {}, truth {}; comparing the first {m}",
+                decoded.len(),
+                truth.len()
+            )
+            .map_err(wr)?;
+            decoded.truncate(m);
+            truth.truncate(m);
+        }
         let c = compare_addrs(&decoded, &truth);
         writeln!(out, "{}", format_comparison(n, &c, errors)).map_err(wr)?;
         if let Some(f) = &c.first {
@@ -247,7 +280,13 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
     )
     .map_err(wr)?;
     out.flush().map_err(wr)?;
-    Ok(if failed { EXIT_FAIL } else { EXIT_OK })
+    Ok(if failed {
+        EXIT_FAIL
+    } else if cut_short {
+        EXIT_TRUNCATED
+    } else {
+        EXIT_OK
+    })
 }
 
 #[cfg(test)]

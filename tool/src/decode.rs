@@ -15,7 +15,7 @@ use libipt::error::{PtError, PtErrorCode};
 use libipt::status::Status;
 
 use crate::code_image::CodeImage;
-use crate::error::{pt_err, Result, ToolError, EXIT_FAIL, EXIT_OK};
+use crate::error::{pt_err, Result, ToolError, EXIT_FAIL, EXIT_OK, EXIT_TRUNCATED};
 use crate::hexfmt::write_hex_line;
 use crate::insn_ffi::RawInsnDecoder;
 use crate::outdir::OutDir;
@@ -74,6 +74,9 @@ pub struct StreamStats {
     pub syncs: u64,
     /// Number of overflow (OVF) events.
     pub overflows: u64,
+    /// Errors that are a packet cut off by the end of the stream (counted in `errors` too); in a
+    /// run that was cut short (`OutDir::cut_short`) that is where the bytes stopped, not a fault.
+    pub truncated_tail: u64,
 }
 
 /// Current trace offset for error messages.
@@ -218,6 +221,7 @@ impl<E: FnMut(&DecodeError)> Ctx<'_, E> {
     fn check_trailing(&mut self, dec: &RawInsnDecoder, len: usize) {
         if let Ok(off) = dec.offset() {
             if off < len as u64 {
+                self.stats.truncated_tail += 1;
                 self.report(DecodeError::tool(
                     Some(off),
                     format!(
@@ -366,6 +370,10 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
     print_load_warnings(dir, &load.warnings);
     let code = Rc::new(code);
     let cpu = dir.cpu();
+    let cut_short = dir.cut_short();
+    if cut_short {
+        eprintln!("{}", dir.cut_short_warning());
+    }
 
     let mut any_error = false;
     for &n in &threads {
@@ -385,9 +393,19 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
                     write_hex_line(out, ip)
                 }
             },
-            |e| print_decode_error(n, e, &mut printed),
+            |e| {
+                if cut_short && e.message.starts_with("trace ends with a truncated packet") {
+                    eprintln!("pttrace: thread {n}: stream truncated at {}: {}", e.offset_str(), e.message);
+                } else {
+                    print_decode_error(n, e, &mut printed)
+                }
+            },
         );
         let stats = match res {
+            Ok(mut s) if cut_short => {
+                s.errors -= s.truncated_tail;
+                s
+            }
             Ok(s) => s,
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
                 // Reader went away (e.g. `| head`): stop quietly.
@@ -413,7 +431,13 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(out_err(e)),
         _ => {}
     }
-    Ok(if any_error { EXIT_FAIL } else { EXIT_OK })
+    Ok(if any_error {
+        EXIT_FAIL
+    } else if cut_short {
+        EXIT_TRUNCATED
+    } else {
+        EXIT_OK
+    })
 }
 
 fn out_err(e: io::Error) -> ToolError {

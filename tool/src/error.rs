@@ -9,6 +9,10 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_FAIL: i32 = 1;
 /// Exit status: bad usage or an I/O / input-format problem.
 pub const EXIT_USAGE: i32 = 2;
+/// Exit status: the run was cut short (SIGKILL, a crash, a full disk: meta.txt has no `end=`);
+/// what reached the disk decoded without error (`decode`) or equals the ground truth as far as
+/// both go (`compare`). A warning on stderr says so.
+pub const EXIT_TRUNCATED: i32 = 3;
 
 /// An error that aborts a command (as opposed to a decode error, which is
 /// reported and counted, and only affects the exit status).

@@ -149,6 +149,22 @@ impl OutDir {
         })
     }
 
+    /// Was the run cut short? The plugin writes `end=` into meta.txt when it has finished every
+    /// stream (at exit, execve or a default-fatal signal); a pttrace meta.txt without it means
+    /// the process was killed (SIGKILL, OOM), crashed or ran out of disk, and each stream and
+    /// truth file ends where its bytes stopped reaching the disk.
+    pub fn cut_short(&self) -> bool {
+        self.meta.get("format").is_some() && self.meta.get("end").is_none()
+    }
+
+    /// The warning printed for a run that was cut short.
+    pub fn cut_short_warning(&self) -> String {
+        format!(
+            "pttrace: warning: {}: the run did not end in order (meta.txt has no end=: killed, crashed or out of disk); streams are truncated and decoded up to where their bytes stop",
+            self.path.display()
+        )
+    }
+
     /// Is this an Atom RTIT trace? `trace=rtit` in meta.txt says so; without a `trace=` line,
     /// `thread-N.rtit` streams and no `thread-N.pt` do.
     pub fn is_rtit(&self) -> bool {

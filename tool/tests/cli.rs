@@ -346,3 +346,39 @@ fn bad_truth_file_is_input_error() {
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("line 2"), "{}", stderr(&o));
 }
+
+/// Issue 20: a run cut short (SIGKILL, disk full) has no `end=` in meta.txt; its stream stops
+/// mid-packet and its truth mid-line. decode prints the flow up to the cut and warns; compare
+/// compares the prefix both files hold; both exit 3.
+#[test]
+fn run_cut_short_decodes_its_prefix_and_exits_3() {
+    let dir = good_dir("cut-short");
+    let meta = std::fs::read_to_string(dir.join("meta.txt")).unwrap();
+    std::fs::write(dir.join("meta.txt"), meta.replace("end=exit\n", "")).unwrap();
+    // Thread 1: the stream loses its last byte; its truth is cut inside the 6th line.
+    let pt = std::fs::read(dir.join("thread-1.pt")).unwrap();
+    std::fs::write(dir.join("thread-1.pt"), &pt[..pt.len() - 1]).unwrap();
+    let truth = hex_lines(EXPECTED);
+    let cut = truth.match_indices('\n').nth(4).unwrap().0 + 3;
+    std::fs::write(dir.join("thread-1.truth"), &truth[..cut]).unwrap();
+
+    let o = run_dir(&["decode", "--thread", "1"], &dir);
+    assert_eq!(code(&o), 3, "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("did not end in order"), "{}", stderr(&o));
+    assert!(hex_lines(EXPECTED).starts_with(&stdout(&o)), "{}", stdout(&o));
+
+    let o = run_dir(&["compare"], &dir);
+    assert_eq!(code(&o), 3, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("thread 1: decoded 5, truth 5, mismatches 0"), "{}", stdout(&o));
+
+    // A wrong address inside the prefix still fails.
+    std::fs::write(dir.join("thread-1.truth"), truth[..cut].replacen(&truth[..3], "fff", 1)).unwrap();
+    let o = run_dir(&["compare"], &dir);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+
+    // The same directory with end=exit: compare requires the whole flow again.
+    std::fs::write(dir.join("meta.txt"), &meta).unwrap();
+    std::fs::write(dir.join("thread-1.truth"), &truth[..cut]).unwrap();
+    let o = run_dir(&["compare"], &dir);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+}

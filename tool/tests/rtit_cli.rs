@@ -74,7 +74,7 @@ fn rtit_dir(name: &str, meta: &str, streams: &[Stream]) -> PathBuf {
     dir
 }
 
-const META: &str = "format=pttrace-1\nmode=user\ntrace=rtit\nrtit_ctl=0x2909\n";
+const META: &str = "format=pttrace-1\nmode=user\ntrace=rtit\nrtit_ctl=0x2909\nend=exit\n";
 
 #[test]
 fn rtit_decode_prints_the_flow_like_decode() {

@@ -125,7 +125,7 @@ pub fn write_outdir(name: &str, threads: &[(u32, Vec<u8>, Option<String>)]) -> P
     let dir = temp_dir(name);
     std::fs::write(
         dir.join("meta.txt"),
-        "format=pttrace-1\nmode=user\nbinary=/tmp/prog\ncpu=6/85/4\n",
+        "format=pttrace-1\nmode=user\nbinary=/tmp/prog\ncpu=6/85/4\nend=exit\n",
     )
     .unwrap();
     let bogus = vec![0xccu8; PROGRAM.len()];
