@@ -23,7 +23,7 @@ use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUG
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, FarKind, SystemOp};
 use pttrace_core::options::SystemOptions;
-use pttrace_core::pmu::{self, ArchPmu};
+use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
 use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
@@ -51,14 +51,14 @@ const APIC_ICR_LOW: u64 = 0xFEE0_0300;
 fn owned_msr(index: u32, opts: &SystemOptions) -> bool {
     RtitMsrs::owns(index, &opts.caps)
         || pttrace_core::pt::msr::is_rtit_index(index)
-        || ArchPmu::owns(index)
+        || Pmu::owns(index)
         || (opts.bts && BranchTraceStore::owns(index))
         || (opts.rtit && RtitTracer::owns(index))
 }
 
 /// With `profile=silvermont` the IA32_RTIT_* (Intel PT) MSRs do not exist: #GP on RDMSR/WRMSR.
 fn pt_msr_absent(index: u32, opts: &SystemOptions) -> bool {
-    opts.rtit && !ArchPmu::owns(index) && (RtitMsrs::owns(index, &opts.caps) || pttrace_core::pt::msr::is_rtit_index(index))
+    opts.rtit && !Pmu::owns(index) && (RtitMsrs::owns(index, &opts.caps) || pttrace_core::pt::msr::is_rtit_index(index))
 }
 
 /// Retirement events fanned out to the Intel PT tracer and the Branch Trace Store. BTS records
@@ -70,6 +70,9 @@ struct Retire<'a> {
     bts: &'a mut BranchTraceStore,
     /// A BTS record reached the interrupt threshold: raise the DS interrupt after the event.
     bts_pmi: bool,
+    /// The performance counters (told about retirements only while one counts; the caller
+    /// asks `take_pmi` afterwards).
+    pmu: &'a mut Pmu,
 }
 
 impl RetireSink for Retire<'_> {
@@ -115,6 +118,16 @@ impl RetireSink for Retire<'_> {
             r.async_event(why, handler, to);
         }
         self.bts_event(why, handler, to);
+    }
+    fn plain_retired(&mut self, n: u64) {
+        if self.pmu.active() {
+            self.pmu.retire(n, Retired::PLAIN, self.pt.context().cpl);
+        }
+    }
+    fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
+        if self.pmu.active() {
+            self.pmu.retire(1, Retired::of(kind, ip, nlip, next), self.pt.context().cpl);
+        }
     }
 }
 
@@ -162,8 +175,13 @@ struct Vcpu {
     tracer: Tracer,
     flow: SystemFlow<&'static SysBlock>,
     msrs: RtitMsrs,
-    /// Architectural PMU MSRs (storage only), so the guest's core PMU driver initialises.
-    pmu: ArchPmu,
+    /// The counting PMU (CPUID.0AH, the counter MSRs, RDPMC).
+    pmu: Pmu,
+    /// A PMI was raised before the current block ran, for an overflow certain to happen in it
+    /// (so that it is taken right after the block): the overflow itself raises no second one.
+    pmi_prearmed: bool,
+    /// The guest clock when cycles were last counted (None: not counting cycles).
+    cycle_clock: Option<u64>,
     output: OutputUnit,
     /// Branch Trace Store (IA32_DEBUGCTL, IA32_DS_AREA).
     bts: BranchTraceStore,
@@ -322,6 +340,7 @@ impl Shared {
             || v.bts.active()
             || v.rtit.as_ref().is_some_and(|r| r.trigger_en())
             || v.truth.is_some()
+            || v.pmu.active()
             || p.cpuid.is_some()
             || p.rdmsr.is_some()
             || p.misc_enable
@@ -354,7 +373,9 @@ impl Shared {
             },
             flow: SystemFlow::default(),
             msrs: RtitMsrs::default(),
-            pmu: ArchPmu::default(),
+            pmu: Pmu::new(self.pmu_caps()),
+            pmi_prearmed: false,
+            cycle_clock: None,
             output: OutputUnit::new(caps),
             bts: BranchTraceStore::new(self.opts.dtes64),
             rtit: self.opts.rtit.then(|| {
@@ -535,7 +556,7 @@ impl Shared {
         // so it is read only while tracing; with TraceEn = 0 no packet depends on the address
         // (a block with a WRMSR, which may enable tracing, reads it too).
         let rtit_on = v.rtit.as_ref().is_some_and(|r| r.trigger_en());
-        let pc = if v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr {
+        let pc = if v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() {
             v.regs.get("rip").unwrap_or(info.pc)
         } else {
             info.pc
@@ -547,10 +568,22 @@ impl Shared {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
             v.bts.set_ia32e(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
         }
-        let mut sink = Retire { pt: &mut v.tracer, rtit: v.rtit.as_mut(), bts: &mut v.bts, bts_pmi: false };
+        let mut sink = Retire {
+            pt: &mut v.tracer,
+            rtit: v.rtit.as_mut(),
+            bts: &mut v.bts,
+            bts_pmi: false,
+            pmu: &mut v.pmu,
+        };
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         if sink.bts_pmi {
             Self::deliver_pmi();
+        }
+        let pmu_pmi = v.pmu.take_pmi();
+        Self::counter_pmi(v, pmu_pmi);
+        if v.pmu.active() {
+            self.count_cycles(v);
+            Self::prearm_pmi(v, info);
         }
         self.refresh_block_cb(v);
         if let Some(r) = v.rtit.as_mut().filter(|r| r.trigger_en()) {
@@ -573,6 +606,82 @@ impl Shared {
             if t.len() >= 256 * 1024 {
                 out.send(FileKey::Truth(v.index + 1), std::mem::take(t));
             }
+        }
+    }
+
+    /// A counter overflow asked for a PMI: raise it, unless it was raised before the block ran
+    /// (`prearm_pmi`). A pre-armed PMI belongs to the block that just ended.
+    fn counter_pmi(v: &mut Vcpu, overflowed: bool) {
+        let prearmed = std::mem::take(&mut v.pmi_prearmed);
+        if overflowed && !prearmed {
+            Self::deliver_pmi();
+        }
+    }
+
+    /// QEMU takes interrupts only between translation blocks, and the block callback learns
+    /// that a block completed when the next one starts. When the block about to run will
+    /// certainly overflow a counter with INT (its instructions, and what its last instruction
+    /// contributes whatever its outcome), the PMI is raised now, so it is taken right after this
+    /// block instead of after the next one. (If the block faults before the overflow, that PMI
+    /// arrives without an overflow bit, as a spurious PMI.)
+    fn prearm_pmi(v: &mut Vcpu, info: &BlockInfo) {
+        let b = info.by_mode[match v.tracer.context().mode {
+            ExecMode::Bit16 => 0,
+            ExecMode::Bit32 => 1,
+            ExecMode::Bit64 => 2,
+        }];
+        let plain = b.insns.len() as u64 - 1;
+        // A REP string instruction may not retire in this block (it iterates block by block).
+        let last = (!b.last.rep_string).then(|| Retired::certain(b.last.kind));
+        if v.pmu.pmi_within(plain, last, v.tracer.context().cpl) {
+            Self::deliver_pmi();
+            v.pmi_prearmed = true;
+        }
+    }
+
+    /// Cycles of the emulated clock since they were last counted go to the cycle counters (at
+    /// block granularity: the clock is read per block).
+    fn count_cycles(&self, v: &mut Vcpu) {
+        if !v.pmu.counts_cycles() {
+            v.cycle_clock = None;
+            return;
+        }
+        let now = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
+        if let Some(before) = v.cycle_clock.replace(now) {
+            let cpl = v.tracer.context().cpl;
+            v.pmu.cycles(now.saturating_sub(before), cpl);
+            if v.pmu.take_pmi() {
+                Self::deliver_pmi();
+            }
+        }
+    }
+
+    /// The instruction at `ip` (actual address) of the current block reads or writes the
+    /// counters: the block's instructions before it retired (counted now), and the clock is
+    /// brought up to date.
+    fn count_to(&self, v: &mut Vcpu, ip: u64) {
+        // Also while nothing counts: the instructions before an enabling WRMSR must not be
+        // counted once it has enabled counting (the flow marks them as reported).
+        let mut sink = Retire {
+            pt: &mut v.tracer,
+            rtit: v.rtit.as_mut(),
+            bts: &mut v.bts,
+            bts_pmi: false,
+            pmu: &mut v.pmu,
+        };
+        v.flow.catch_up(&mut sink, ip);
+        if v.pmu.take_pmi() && !std::mem::take(&mut v.pmi_prearmed) {
+            Self::deliver_pmi();
+        }
+        self.count_cycles(v);
+    }
+
+    /// The PMU of the profile: Silvermont's with `profile=silvermont`, Skylake's otherwise.
+    fn pmu_caps(&self) -> PmuCaps {
+        if self.opts.rtit {
+            PmuCaps::SILVERMONT
+        } else {
+            PmuCaps::SKYLAKE
         }
     }
 
@@ -705,6 +814,7 @@ impl Shared {
     /// local APIC's performance-counter LVT, as a performance-monitoring overflow would.
     fn raise_topa_pmi(&self, v: &mut Vcpu) {
         v.msrs.set_topa_pmi();
+        v.pmu.set_topa_pmi();
         Self::deliver_pmi();
     }
 
@@ -763,6 +873,12 @@ impl Shared {
     fn fix_cpuid(&self, v: &mut Vcpu, leaf: u32, subleaf: u32) {
         // CPUID.0:EAX must reach leaf 14H (and 15H for the MTC clock ratio).
         let max_leaf = if self.opts.caps.mtc { 0x15 } else { 0x14 };
+        if leaf == 1 {
+            // CPUID.1:ECX[15] PDCM: IA32_PERF_CAPABILITIES exists (full-width counter writes).
+            let ecx = v.regs.get("rcx").unwrap_or(0) as u32 & !(1 << 15);
+            let pdcm = v.pmu.caps().perf_capabilities().is_some();
+            v.regs.set("rcx", u64::from(ecx | (u32::from(pdcm) << 15)));
+        }
         match leaf {
             0 => {
                 let eax = v.regs.get("rax").unwrap_or(0) as u32;
@@ -832,9 +948,9 @@ impl Shared {
                 v.regs.set("rax", u64::from((eax & !0xFF) | u32::from(self.opts.caps.max_phys_addr)));
             }
             0x0A => {
-                // Architectural PMU version 2 (SDM §20.2.2): Linux's core PMU driver services
-                // the ToPA PMI from its NMI handler.
-                for (name, val) in ["rax", "rbx", "rcx", "rdx"].iter().zip(pmu::cpuid_0a()) {
+                // The counting PMU of the profile (SDM §20.2): Linux's core PMU driver counts
+                // with it and services the ToPA PMI from its NMI handler.
+                for (name, val) in ["rax", "rbx", "rcx", "rdx"].iter().zip(v.pmu.caps().cpuid_0a()) {
                     v.regs.set(name, u64::from(val));
                 }
             }
@@ -865,6 +981,9 @@ impl Shared {
             }
             SystemOp::Rdmsr => {
                 let index = v.regs.get("rcx").unwrap_or(0) as u32;
+                if Pmu::owns(index) {
+                    self.count_to(v, ip);
+                }
                 if owned_msr(index, &self.opts) {
                     if self.read_msr(v, index).is_err() {
                         // #GP(0) at this RDMSR: steer it to an MSR QEMU faults on; ECX comes
@@ -881,7 +1000,10 @@ impl Shared {
             }
             SystemOp::Wrmsr => self.wrmsr(v, ip, ip + len),
             SystemOp::Lgdt => self.lgdt(v, ip, bytes),
-            SystemOp::Rdpmc => v.pending.rdpmc = Some((ip, len)),
+            SystemOp::Rdpmc => {
+                self.count_to(v, ip);
+                v.pending.rdpmc = Some((ip, len));
+            }
             SystemOp::Rdtsc => v.pending.rdtsc = Some(self.raw_clock(v)),
             SystemOp::MovToCr3 => {}
         }
@@ -889,8 +1011,8 @@ impl Shared {
 
     /// RDMSR of an owned MSR: its value, or the #GP(0) hardware raises.
     fn read_msr(&self, v: &Vcpu, index: u32) -> Result<u64, Fault> {
-        if let Some(value) = v.pmu.read(index) {
-            return Ok(value);
+        if Pmu::owns(index) {
+            return v.pmu.read(index);
         }
         if let Some(value) = v.bts.read_msr(index).filter(|_| self.opts.bts) {
             return Ok(value);
@@ -913,10 +1035,19 @@ impl Shared {
         }
         let rdx = v.regs.get("rdx").unwrap_or(0);
         let value = (rdx << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
-        if ArchPmu::owns(index) {
+        if Pmu::owns(index) {
+            // The instructions before this WRMSR count under the old configuration; the WRMSR
+            // itself retires under the new one (an enabling WRMSR counts, a disabling one not).
+            self.count_to(v, ip);
+            let was_active = v.pmu.active();
             if v.pmu.write(index, value).is_err() {
                 Self::raise_gp(v, rcx, rdx);
+            } else if v.pmu.active() && !was_active && !v.tracer.trace_en() && !v.bts.active() {
+                // The CPL the counters filter on is tracked by the retirement events; bring it
+                // up to date when counting starts.
+                v.tracer.set_context(current_context(&v.regs, v.gdt_base));
             }
+            self.count_cycles(v);
             return;
         }
         if pt_msr_absent(index, &self.opts) {
@@ -937,10 +1068,14 @@ impl Shared {
             let was_active = v.bts.active();
             if v.bts.write_msr(index, value).is_err() {
                 Self::raise_gp(v, rcx, rdx);
-            } else if index == IA32_DEBUGCTL && v.bts.active() && !was_active && !v.tracer.trace_en() {
-                // The context BTS filters on (CPL of branch targets) is tracked by the PT
-                // tracer's retirement events; bring it up to date when recording starts.
-                v.tracer.set_context(current_context(&v.regs, v.gdt_base));
+            } else if index == IA32_DEBUGCTL {
+                // FREEZE_LBRS_ON_PMI / FREEZE_PERFMON_ON_PMI act on the counters.
+                v.pmu.set_debugctl(value);
+                if v.bts.active() && !was_active && !v.tracer.trace_en() {
+                    // The context BTS filters on (CPL of branch targets) is tracked by the PT
+                    // tracer's retirement events; bring it up to date when recording starts.
+                    v.tracer.set_context(current_context(&v.regs, v.gdt_base));
+                }
             }
             return;
         }
@@ -1008,7 +1143,11 @@ impl Shared {
         let frame: Option<Vec<u64>> = (0..5).map(|i| guest::read_u64(rsp + 8 * i)).collect();
         let Some(frame) = frame else { return false };
         let (cs, rflags, old_rsp, ss) = (frame[1], frame[2], frame[3], frame[4]);
-        let Some(value) = v.pmu.rdpmc(v.regs.get("rcx").unwrap_or(0) as u32) else { return false };
+        let cr4 = v.regs.get("cr4").unwrap_or(0);
+        let protected = v.regs.get("cr0").unwrap_or(0) & 1 != 0;
+        let Ok(value) = v.pmu.rdpmc(v.regs.get("rcx").unwrap_or(0) as u32, (cs & 3) as u8, cr4 & (1 << 8) != 0, protected) else {
+            return false;
+        };
         if cs & 3 != v.regs.get("cs").unwrap_or(0) & 3 && !(v.regs.set("cs", cs) && v.regs.set("ss", ss)) {
             return false;
         }
@@ -1105,11 +1244,19 @@ impl Shared {
             sh.update_tsc(v);
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
-            let mut sink = Retire { pt: &mut v.tracer, rtit: v.rtit.as_mut(), bts: &mut v.bts, bts_pmi: false };
+            let mut sink = Retire {
+                pt: &mut v.tracer,
+                rtit: v.rtit.as_mut(),
+                bts: &mut v.bts,
+                bts_pmi: false,
+                pmu: &mut v.pmu,
+            };
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {
                 Self::deliver_pmi();
             }
+            let pmu_pmi = v.pmu.take_pmi();
+            Self::counter_pmi(v, pmu_pmi);
             sh.drain(v);
         });
     }
