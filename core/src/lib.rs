@@ -2,6 +2,7 @@
 #[macro_use]
 mod macros;
 pub mod guest_mem;
+pub mod idt;
 pub mod insn_class;
 pub mod pt;
 pub mod rtit;

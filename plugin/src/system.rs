@@ -192,6 +192,8 @@ struct Vcpu {
     regs: Regs,
     /// GDTR.base as last loaded by LGDT (for CS.L / CS.D).
     gdt_base: Option<u64>,
+    /// IDTR.base as last loaded by LIDT (to re-deliver a faulting RDPMC's #UD as #GP).
+    idt_base: Option<u64>,
     pending: Pending,
     /// An exception or INT n was announced and not yet delivered.
     exception_pending: bool,
@@ -397,6 +399,7 @@ impl Shared {
             output_active: false,
             regs,
             gdt_base: None,
+            idt_base: None,
             pending: Pending::default(),
             exception_pending: false,
             pc_delta: 0,
@@ -999,7 +1002,16 @@ impl Shared {
                 }
             }
             SystemOp::Wrmsr => self.wrmsr(v, ip, ip + len),
-            SystemOp::Lgdt => self.lgdt(v, ip, bytes),
+            SystemOp::Lgdt => {
+                if let Some(base) = self.table_base(v, ip, bytes) {
+                    v.gdt_base = Some(base);
+                }
+            }
+            SystemOp::Lidt => {
+                if let Some(base) = self.table_base(v, ip, bytes) {
+                    v.idt_base = Some(base);
+                }
+            }
             SystemOp::Rdpmc => {
                 self.count_to(v, ip);
                 v.pending.rdpmc = Some((ip, len));
@@ -1137,26 +1149,64 @@ impl Shared {
     /// QEMU's TCG does not implement RDPMC and has just delivered #UD for it. Undo the delivery
     /// (the interrupt frame on the handler's stack holds the interrupted RIP, CS, RFLAGS, RSP,
     /// SS) and complete the instruction: EDX:EAX = the counter ECX selects, resume after it.
-    /// Returns false (the #UD stands) when the frame cannot be read or the counter does not exist.
-    fn complete_rdpmc(&self, v: &mut Vcpu, resume: u64) -> bool {
-        let Some(rsp) = v.regs.get("rsp") else { return false };
+    /// When the PMU says RDPMC faults, the #UD is turned into the #GP(0) hardware raises
+    /// (`ud_to_gp`).
+    fn complete_rdpmc(&self, v: &mut Vcpu, resume: u64) -> RdpmcOutcome {
+        let Some(rsp) = v.regs.get("rsp") else { return RdpmcOutcome::Unchanged };
         let frame: Option<Vec<u64>> = (0..5).map(|i| guest::read_u64(rsp + 8 * i)).collect();
-        let Some(frame) = frame else { return false };
+        let Some(frame) = frame else { return RdpmcOutcome::Unchanged };
         let (cs, rflags, old_rsp, ss) = (frame[1], frame[2], frame[3], frame[4]);
         let cr4 = v.regs.get("cr4").unwrap_or(0);
         let protected = v.regs.get("cr0").unwrap_or(0) & 1 != 0;
-        let Ok(value) = v.pmu.rdpmc(v.regs.get("rcx").unwrap_or(0) as u32, (cs & 3) as u8, cr4 & (1 << 8) != 0, protected) else {
-            return false;
+        if protected && cs & 3 != 0 && cr4 & (1 << 8) == 0 {
+            // QEMU's helper_rdpmc raises #GP(0) itself for CR4.PCE = 0 at CPL > 0 (before its
+            // #UD): that is the hardware's exception already.
+            return RdpmcOutcome::Unchanged;
+        }
+        let value = match v.pmu.rdpmc(v.regs.get("rcx").unwrap_or(0) as u32, (cs & 3) as u8, cr4 & (1 << 8) != 0, protected) {
+            Ok(value) => value,
+            Err(_) => return self.ud_to_gp(v, rsp, rflags).map_or(RdpmcOutcome::Unchanged, RdpmcOutcome::Gp),
         };
         if cs & 3 != v.regs.get("cs").unwrap_or(0) & 3 && !(v.regs.set("cs", cs) && v.regs.set("ss", ss)) {
-            return false;
+            return RdpmcOutcome::Unchanged;
         }
         v.regs.set("rsp", old_rsp);
         v.regs.set("eflags", rflags);
         v.regs.set("rip", resume);
         v.regs.set("rax", value & 0xFFFF_FFFF);
         v.regs.set("rdx", value >> 32);
-        true
+        RdpmcOutcome::Completed
+    }
+
+    /// QEMU delivered #UD (vector 6, no error code) for an RDPMC that raises #GP(0) on
+    /// hardware: push the error code on the same stack and enter the #GP handler instead (64-bit
+    /// mode, gates 6 and 13 on the same stack). Returns the #GP handler's address.
+    fn ud_to_gp(&self, v: &mut Vcpu, rsp: u64, saved_rflags: u64) -> Option<u64> {
+        use pttrace_core::guest_mem::LinearMemory;
+        use pttrace_core::idt::{ud_redeliverable_as_gp, Gate64};
+        if v.regs.get("efer").unwrap_or(0) & (1 << 10) == 0 {
+            return None;
+        }
+        let idt = v.idt_base?;
+        let gate = |n: u64| {
+            let mut b = [0u8; 16];
+            guest::read_vaddr(idt + 16 * n, &mut b).then(|| Gate64::parse(&b))
+        };
+        let (ud, gp) = (gate(6)?, gate(13)?);
+        if !ud_redeliverable_as_gp(ud, gp) {
+            return None;
+        }
+        let new_rsp = rsp.wrapping_sub(8);
+        LinearMem.write_linear(new_rsp, &0u64.to_le_bytes()).ok()?;
+        v.regs.set("rsp", new_rsp);
+        if u64::from(gp.selector) != v.regs.get("cs").unwrap_or(0) {
+            v.regs.set("cs", u64::from(gp.selector));
+        }
+        let flags = v.regs.get("eflags").unwrap_or(0);
+        let if_flag = if gp.clears_if() { 0 } else { saved_rflags & (1 << 9) };
+        v.regs.set("eflags", (flags & !(1 << 9)) | if_flag);
+        v.regs.set("rip", gp.offset);
+        Some(gp.offset)
     }
 
     /// Make QEMU raise #GP(0) at the WRMSR about to execute: IA32_APIC_BASE with reserved bits
@@ -1177,8 +1227,9 @@ impl Shared {
         }
     }
 
-    /// LGDT m16&64 (or m16&32): remember GDTR.base for reading CS descriptors.
-    fn lgdt(&self, v: &mut Vcpu, ip: u64, bytes: &[u8]) {
+    /// LGDT / LIDT m16&64 (or m16&32): the table base they load (GDTR.base for reading CS
+    /// descriptors, IDTR.base for re-delivering RDPMC's #UD as #GP).
+    fn table_base(&self, v: &Vcpu, ip: u64, bytes: &[u8]) -> Option<u64> {
         let cr0 = v.regs.get("cr0").unwrap_or(0);
         let efer = v.regs.get("efer").unwrap_or(0);
         let bitness = if cr0 & 1 == 0 {
@@ -1190,15 +1241,12 @@ impl Shared {
         } else {
             32
         };
-        let Some(addr) = operand_address(&v.regs, bytes, ip, bitness) else { return };
-        let base = if bitness == 64 {
+        let addr = operand_address(&v.regs, bytes, ip, bitness)?;
+        if bitness == 64 {
             guest::read_u64(addr + 2)
         } else {
             let mut b = [0u8; 4];
             guest::read_vaddr(addr + 2, &mut b).then(|| u64::from(u32::from_le_bytes(b)))
-        };
-        if let Some(base) = base {
-            v.gdt_base = Some(base);
         }
     }
 
@@ -1209,12 +1257,19 @@ impl Shared {
                 v.regs.set("rcx", rcx);
                 v.regs.set("rdx", rdx);
             }
+            let mut to = to;
             if ty & DISCON_EXCEPTION == 0 && v.exception_pending {
                 if let Some((ip, len)) = v.pending.rdpmc.take() {
-                    if from == ip && sh.complete_rdpmc(v, ip + len) {
-                        v.exception_pending = false;
-                        v.flow.exception_cancelled();
-                        return;
+                    if from == ip {
+                        match sh.complete_rdpmc(v, ip + len) {
+                            RdpmcOutcome::Completed => {
+                                v.exception_pending = false;
+                                v.flow.exception_cancelled();
+                                return;
+                            }
+                            RdpmcOutcome::Gp(handler) => to = handler,
+                            RdpmcOutcome::Unchanged => {}
+                        }
                     }
                 }
             }
@@ -1316,6 +1371,16 @@ impl Shared {
             }
         }
     }
+}
+
+/// What became of the #UD QEMU raised for an RDPMC.
+enum RdpmcOutcome {
+    /// The instruction was completed from the PMU model; no exception.
+    Completed,
+    /// The PMU says #GP(0): re-delivered to the #GP handler at this address.
+    Gp(u64),
+    /// Left as QEMU delivered it.
+    Unchanged,
 }
 
 /// Effective linear address of the memory operand of the instruction in `bytes` (flat segments

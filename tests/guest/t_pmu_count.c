@@ -46,6 +46,18 @@ extern uint64_t pmu_user_fn(void);
 /* pmu_ovf(): enable; jmp 1f; 1: nop; nop; nop; jmp pmu_ovf_after; pmu_ovf_after: disable. */
 extern void pmu_ovf(void);
 extern char pmu_ovf_after[];
+/* Ring 3: nop; nop; UD2 (#UD, the kernel's fixup resumes after it); nop; ret: 4 instructions
+ * retire (the faulting UD2 does not), + 3 of the exit trampoline. */
+extern uint64_t pmu_user_fault(void);
+/* pmu_rep(): enable; lea; mov; xor; REP STOSB x 100; xor; xor; mov; disable: 8 instructions
+ * (the REP once). */
+extern void pmu_rep(void);
+/* Ring 3: xor ecx, ecx; RDPMC; shl; or; ret -> counter 0 as RDPMC read it (1 user instruction
+ * before it); RAX = -1 if RDPMC faulted (the fixup), the vector in last_fault. */
+extern uint64_t pmu_user_rdpmc(void);
+/* RDPMC with ECX = the argument in ring 0; -1 if it faulted. */
+extern uint64_t pmu_rdpmc_k(uint64_t ecx);
+uint8_t rep_buf[128];
 
 asm(".text\n"
     ".globl pmu_loop\n"
@@ -115,7 +127,50 @@ asm(".text\n"
     "  xor %edx, %edx\n"
     "  mov $0x38f, %ecx\n"
     "  wrmsr\n"
-    "  ret\n");
+    "  ret\n"
+    ".globl pmu_user_fault\n"
+    "pmu_user_fault:\n"
+    "  nop\n"
+    "  nop\n"
+    "1: ud2\n"
+    "2: nop\n"
+    "  ret\n"
+    EXTABLE_ENTRY(1b, 2b)
+    ".globl pmu_rep\n"
+    "pmu_rep:\n"
+    "  mov $0x38f, %ecx\n"
+    "  mov pmu_on(%rip), %eax\n"
+    "  mov pmu_on+4(%rip), %edx\n"
+    "  wrmsr\n"
+    "  lea rep_buf(%rip), %rdi\n"
+    "  mov $100, %ecx\n"
+    "  xor %eax, %eax\n"
+    "  rep stosb\n"
+    "  xor %eax, %eax\n"
+    "  xor %edx, %edx\n"
+    "  mov $0x38f, %ecx\n"
+    "  wrmsr\n"
+    "  ret\n"
+    ".globl pmu_user_rdpmc\n"
+    "pmu_user_rdpmc:\n"
+    "  xor %ecx, %ecx\n"
+    "3: rdpmc\n"
+    "  shl $32, %rdx\n"
+    "  or %rdx, %rax\n"
+    "  ret\n"
+    "4: mov $-1, %rax\n"
+    "  ret\n"
+    EXTABLE_ENTRY(3b, 4b)
+    ".globl pmu_rdpmc_k\n"
+    "pmu_rdpmc_k:\n"
+    "  mov %rdi, %rcx\n"
+    "5: rdpmc\n"
+    "  shl $32, %rdx\n"
+    "  or %rdx, %rax\n"
+    "  ret\n"
+    "6: mov $-1, %rax\n"
+    "  ret\n"
+    EXTABLE_ENTRY(5b, 6b));
 
 static void clear_counters(void)
 {
@@ -247,6 +302,58 @@ static void check_usr_os(void)
     ASSERT_EQ(a[1], b[1]);   /* ... the same whatever the user loop did */
 }
 
+static void check_faults_rep_and_rdpmc_rules(void)
+{
+    /* A faulting instruction does not retire; its handler (ring 0) is not user time. */
+    clear_counters();
+    wrmsr(IA32_PERFEVTSEL0, 0x00C0 | EVT_USR | EVT_EN);
+    wrmsr(IA32_PERF_GLOBAL_CTRL, 1);
+    uint64_t faults = last_fault.count;
+    enter_user(pmu_user_fault, NULL);
+    wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
+    ASSERT_EQ(last_fault.count, faults + 1);
+    ASSERT_EQ(last_fault.vector, 6);
+    printf("ring 3 with a #UD: %lu user instructions\n", rdmsr(IA32_PMC0));
+    ASSERT_EQ(rdmsr(IA32_PMC0), 4 + 3);
+
+    /* REP STOSB of 100 bytes retires once. */
+    clear_counters();
+    wrmsr(IA32_PERFEVTSEL0, 0x00C0 | EVT_OS | EVT_EN);
+    pmu_on = 1;
+    pmu_rep();
+    printf("REP STOSB x 100 block: %lu instructions\n", rdmsr(IA32_PMC0));
+    ASSERT_EQ(rdmsr(IA32_PMC0), 8);
+    ASSERT_EQ(rep_buf[99], 0);
+
+    /* RDPMC: a counter that does not exist #GPs (QEMU raises #UD, re-delivered as #GP(0)). */
+    faults = last_fault.count;
+    ASSERT_EQ(pmu_rdpmc_k(4), (uint64_t)-1);
+    ASSERT_EQ(last_fault.count, faults + 1);
+    ASSERT_EQ(last_fault.vector, 13);
+    ASSERT_EQ(last_fault.error_code, 0);
+    ASSERT_EQ(pmu_rdpmc_k(0x40000003), (uint64_t)-1);
+    ASSERT_EQ(last_fault.vector, 13);
+    wrmsr(IA32_FIXED_CTR0 + 2, 0x123456789ull);
+    ASSERT_EQ(pmu_rdpmc_k(0x40000002), 0x123456789ull);
+    ASSERT_EQ(pmu_rdpmc_k(0xC0000002), 0x23456789ull); /* fast read: low 32 bits */
+    /* Ring 3: CR4.PCE = 1 allows it, CR4.PCE = 0 is #GP(0). */
+    clear_counters();
+    wrmsr(IA32_PERFEVTSEL0, 0x00C0 | EVT_USR | EVT_EN);
+    wrmsr(IA32_PERF_GLOBAL_CTRL, 1);
+    write_cr4(read_cr4() | (1u << 8));
+    uint64_t v = enter_user(pmu_user_rdpmc, NULL);
+    printf("ring 3 RDPMC with CR4.PCE = 1: %lu\n", v);
+    ASSERT_EQ(v, 1);
+    write_cr4(read_cr4() & ~(1ull << 8));
+    faults = last_fault.count;
+    v = enter_user(pmu_user_rdpmc, NULL);
+    wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
+    ASSERT_EQ(v, (uint64_t)-1);
+    ASSERT_EQ(last_fault.count, faults + 1);
+    ASSERT_EQ(last_fault.vector, 13);
+    ASSERT_EQ(last_fault.rip, (uint64_t)user_ptr((void *)pmu_user_rdpmc) + 2);
+}
+
 static volatile uint64_t pmi_count, pmi_rip, pmi_status, pmi_ctr, pmi_lvt;
 
 static void pmi_handler(struct trap_frame *f)
@@ -297,6 +404,7 @@ void test_main(void)
     check_loop_counts(1000);
     check_mid_block_reads();
     check_usr_os();
+    check_faults_rep_and_rdpmc_rules();
     /* Counted in pmu_ovf: wrmsr, jmp, then the block nop; nop; nop; jmp. Overflowing at that
      * block's last instruction: the PMI is taken right after it, the counter frozen at 0. */
     check_overflow(6, 0);
