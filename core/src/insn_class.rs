@@ -104,6 +104,8 @@ pub enum SystemOp {
     Rdpmc,
     /// RDTSC / RDTSCP: their results tell the plugin the guest's TSC (for TSC/MTC packets).
     Rdtsc,
+    /// HLT: the unhalted-cycle counters stop until the processor wakes up.
+    Hlt,
 }
 
 /// The system operation of the instruction at the start of `bytes`, if any.
@@ -121,6 +123,7 @@ pub fn system_op(bytes: &[u8], bitness: u32) -> Option<SystemOp> {
         Mnemonic::Lidt => Some(SystemOp::Lidt),
         Mnemonic::Rdpmc => Some(SystemOp::Rdpmc),
         Mnemonic::Rdtsc | Mnemonic::Rdtscp => Some(SystemOp::Rdtsc),
+        Mnemonic::Hlt => Some(SystemOp::Hlt),
         Mnemonic::Mov if insn.op0_register() == iced_x86::Register::CR3 => Some(SystemOp::MovToCr3),
         _ => None,
     }
@@ -263,6 +266,7 @@ mod tests {
         assert_eq!(system_op(&[0x0F, 0x30], 64), Some(SystemOp::Wrmsr));
         assert_eq!(system_op(&[0x0F, 0x33], 64), Some(SystemOp::Rdpmc));
         assert_eq!(system_op(&[0x0F, 0x32], 64), Some(SystemOp::Rdmsr));
+        assert_eq!(system_op(&[0xF4], 64), Some(SystemOp::Hlt));
         assert_eq!(system_op(&[0x0F, 0x22, 0xD8], 64), Some(SystemOp::MovToCr3)); // mov cr3, rax
         assert_eq!(system_op(&[0x0F, 0x20, 0xD8], 64), None); // mov rax, cr3
         assert_eq!(system_op(&[0x0F, 0x01, 0x10], 64), Some(SystemOp::Lgdt)); // lgdt [rax]

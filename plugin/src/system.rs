@@ -1018,6 +1018,12 @@ impl Shared {
             }
             SystemOp::Rdtsc => v.pending.rdtsc = Some(self.raw_clock(v)),
             SystemOp::MovToCr3 => {}
+            SystemOp::Hlt => {
+                // CPU_CLK_UNHALTED: cycles up to the HLT count, the halted time does not (the
+                // clock restarts at the next block, after the wake-up).
+                self.count_to(v, ip);
+                v.cycle_clock = None;
+            }
         }
     }
 

@@ -354,6 +354,26 @@ static void check_faults_rep_and_rdpmc_rules(void)
     ASSERT_EQ(last_fault.rip, (uint64_t)user_ptr((void *)pmu_user_rdpmc) + 2);
 }
 
+static void check_cycles(void)
+{
+    /* CPU_CLK_UNHALTED.THREAD and REF_TSC from the emulated clock (the guest TSC): the model's
+     * core clock runs at the TSC rate, so both count the same; ring-0 code gives a USR-only
+     * counter nothing. */
+    clear_counters();
+    wrmsr(IA32_FIXED_CTR_CTRL, 0x110);                      /* fixed 1 and 2, OS */
+    wrmsr(IA32_PERFEVTSEL0, 0x003C | EVT_USR | EVT_EN);     /* core cycles, USR */
+    uint64_t t0 = rdtsc();
+    pmu_on = 0x600000001ull;
+    pmu_loop(100000);
+    uint64_t t1 = rdtsc();
+    uint64_t core = rdmsr(IA32_FIXED_CTR0 + 1), ref = rdmsr(IA32_FIXED_CTR0 + 2);
+    printf("cycles: core %lu, ref %lu, TSC delta %lu, USR %lu\n", core, ref, t1 - t0, rdmsr(IA32_PMC0));
+    ASSERT(core > 0);
+    ASSERT_EQ(core, ref);
+    ASSERT(core <= t1 - t0);
+    ASSERT_EQ(rdmsr(IA32_PMC0), 0);
+}
+
 static volatile uint64_t pmi_count, pmi_rip, pmi_status, pmi_ctr, pmi_lvt;
 
 static void pmi_handler(struct trap_frame *f)
@@ -405,6 +425,7 @@ void test_main(void)
     check_mid_block_reads();
     check_usr_os();
     check_faults_rep_and_rdpmc_rules();
+    check_cycles();
     /* Counted in pmu_ovf: wrmsr, jmp, then the block nop; nop; nop; jmp. Overflowing at that
      * block's last instruction: the PMI is taken right after it, the counter frozen at 0. */
     check_overflow(6, 0);
