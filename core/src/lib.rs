@@ -11,3 +11,4 @@ pub mod options;
 pub mod system_flow;
 pub mod pmu;
 pub mod bts;
+pub mod lbr;

@@ -23,6 +23,7 @@ use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUG
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, FarKind, SystemOp};
 use pttrace_core::options::SystemOptions;
+use pttrace_core::lbr::LbrStack;
 use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
 use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
@@ -52,6 +53,7 @@ fn owned_msr(index: u32, opts: &SystemOptions) -> bool {
     RtitMsrs::owns(index, &opts.caps)
         || pttrace_core::pt::msr::is_rtit_index(index)
         || Pmu::owns(index)
+        || (!opts.rtit && LbrStack::owns(index))
         || (opts.bts && BranchTraceStore::owns(index))
         || (opts.rtit && RtitTracer::owns(index))
 }
@@ -73,6 +75,8 @@ struct Retire<'a> {
     /// The performance counters (told about retirements only while one counts; the caller
     /// asks `take_pmi` afterwards).
     pmu: &'a mut Pmu,
+    /// The LBR stack while it records (DEBUGCTL.LBR = 1 and not frozen).
+    lbr: Option<&'a mut LbrStack>,
 }
 
 impl RetireSink for Retire<'_> {
@@ -80,6 +84,17 @@ impl RetireSink for Retire<'_> {
         self.pt.context().mode
     }
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
+        if let Some(l) = self.lbr.as_deref_mut() {
+            let taken = match kind {
+                BranchKind::None | BranchKind::AlwaysFaults => false,
+                BranchKind::Conditional { target } => next != nlip || target == nlip,
+                _ => true,
+            };
+            if taken {
+                let misp = Retired::of(kind, ip, nlip, next).has(Retired::MISP);
+                l.record(Some(kind), ip, next, self.pt.context().cpl, misp);
+            }
+        }
         self.pt.branch(ip, nlip, kind, next);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.branch(ip, nlip, kind, next);
@@ -90,6 +105,10 @@ impl RetireSink for Retire<'_> {
         }
     }
     fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
+        if let Some(l) = self.lbr.as_deref_mut() {
+            // Far transfers are not predicted by the static model (`bts::prediction`).
+            l.record(Some(BranchKind::Far(kind)), ip, next, self.pt.context().cpl, true);
+        }
         self.pt.far_transfer(kind, next, to);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.far_transfer(ip, nlip, kind, next, to);
@@ -105,6 +124,9 @@ impl RetireSink for Retire<'_> {
         }
     }
     fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
+        if let Some(l) = self.lbr.as_deref_mut() {
+            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, self.pt.context().cpl, true);
+        }
         let why = AsyncKind::SoftwareInterrupt { ip };
         self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
@@ -113,6 +135,10 @@ impl RetireSink for Retire<'_> {
         self.bts_event(why, handler, to);
     }
     fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
+        if let Some(l) = self.lbr.as_deref_mut() {
+            // FROM as for BTS: the faulting instruction, or the next one for an interrupt.
+            l.record(None, why.fup_ip(), handler, self.pt.context().cpl, true);
+        }
         self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.async_event(why, handler, to);
@@ -177,6 +203,8 @@ struct Vcpu {
     msrs: RtitMsrs,
     /// The counting PMU (CPUID.0AH, the counter MSRs, RDPMC).
     pmu: Pmu,
+    /// The Skylake-class LBR stack (not with `profile=silvermont`).
+    lbr: LbrStack,
     /// A PMI was raised before the current block ran, for an overflow certain to happen in it
     /// (so that it is taken right after the block): the overflow itself raises no second one.
     pmi_prearmed: bool,
@@ -343,6 +371,7 @@ impl Shared {
             || v.rtit.as_ref().is_some_and(|r| r.trigger_en())
             || v.truth.is_some()
             || v.pmu.active()
+            || self.lbr_recording(v)
             || p.cpuid.is_some()
             || p.rdmsr.is_some()
             || p.misc_enable
@@ -351,6 +380,13 @@ impl Shared {
             v.block_cb_flag = Some(needed);
             self.need_block_cb.set(v.index, u64::from(needed));
         }
+    }
+
+    /// DEBUGCTL.LBR = 1 and the LBRs not frozen (GLOBAL_STATUS.LBR_Frz), on a part with LBRs.
+    fn lbr_recording(&self, v: &Vcpu) -> bool {
+        !self.opts.rtit
+            && v.bts.debugctl().lbr()
+            && v.pmu.global_status() & pttrace_core::pmu::STATUS_LBR_FRZ == 0
     }
 
     fn vcpu_init(&self, vcpu: VCPUIndex) {
@@ -376,6 +412,7 @@ impl Shared {
             flow: SystemFlow::default(),
             msrs: RtitMsrs::default(),
             pmu: Pmu::new(self.pmu_caps()),
+            lbr: LbrStack::default(),
             pmi_prearmed: false,
             cycle_clock: None,
             output: OutputUnit::new(caps),
@@ -559,7 +596,8 @@ impl Shared {
         // so it is read only while tracing; with TraceEn = 0 no packet depends on the address
         // (a block with a WRMSR, which may enable tracing, reads it too).
         let rtit_on = v.rtit.as_ref().is_some_and(|r| r.trigger_en());
-        let pc = if v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() {
+        let lbr_on = self.lbr_recording(v);
+        let pc = if v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on {
             v.regs.get("rip").unwrap_or(info.pc)
         } else {
             info.pc
@@ -577,6 +615,7 @@ impl Shared {
             bts: &mut v.bts,
             bts_pmi: false,
             pmu: &mut v.pmu,
+            lbr: lbr_on.then_some(&mut v.lbr),
         };
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         if sink.bts_pmi {
@@ -671,6 +710,7 @@ impl Shared {
             bts: &mut v.bts,
             bts_pmi: false,
             pmu: &mut v.pmu,
+            lbr: None,
         };
         v.flow.catch_up(&mut sink, ip);
         if v.pmu.take_pmi() && !std::mem::take(&mut v.pmi_prearmed) {
@@ -1032,6 +1072,9 @@ impl Shared {
         if Pmu::owns(index) {
             return v.pmu.read(index);
         }
+        if LbrStack::owns(index) && !self.opts.rtit {
+            return v.lbr.read(index);
+        }
         if let Some(value) = v.bts.read_msr(index).filter(|_| self.opts.bts) {
             return Ok(value);
         }
@@ -1068,6 +1111,12 @@ impl Shared {
             self.count_cycles(v);
             return;
         }
+        if LbrStack::owns(index) && !self.opts.rtit {
+            if v.lbr.write(index, value).is_err() {
+                Self::raise_gp(v, rcx, rdx);
+            }
+            return;
+        }
         if pt_msr_absent(index, &self.opts) {
             Self::raise_gp(v, rcx, rdx);
             return;
@@ -1089,7 +1138,7 @@ impl Shared {
             } else if index == IA32_DEBUGCTL {
                 // FREEZE_LBRS_ON_PMI / FREEZE_PERFMON_ON_PMI act on the counters.
                 v.pmu.set_debugctl(value);
-                if v.bts.active() && !was_active && !v.tracer.trace_en() {
+                if (v.bts.active() && !was_active || self.lbr_recording(v)) && !v.tracer.trace_en() {
                     // The context BTS filters on (CPL of branch targets) is tracked by the PT
                     // tracer's retirement events; bring it up to date when recording starts.
                     v.tracer.set_context(current_context(&v.regs, v.gdt_base));
@@ -1305,12 +1354,14 @@ impl Shared {
             sh.update_tsc(v);
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
+            let lbr_on = sh.lbr_recording(v);
             let mut sink = Retire {
                 pt: &mut v.tracer,
                 rtit: v.rtit.as_mut(),
                 bts: &mut v.bts,
                 bts_pmi: false,
                 pmu: &mut v.pmu,
+                lbr: lbr_on.then_some(&mut v.lbr),
             };
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {

@@ -64,16 +64,18 @@ pub struct PmuCaps {
     pub full_width_writes: bool,
     /// The part has Intel PT's ToPA PMI (GLOBAL_STATUS[55]).
     pub topa_pmi: bool,
+    /// IA32_PERF_CAPABILITIES[5:0] LBR format (5: FROM/TO addresses, LBR_INFO; `crate::lbr`).
+    pub lbr_format: u8,
 }
 
 impl PmuCaps {
     /// Skylake client 06_5EH: perfmon version 4, 4 GP counters per thread, 3 fixed counters,
     /// 48 bits, full-width writes.
     pub const SKYLAKE: PmuCaps =
-        PmuCaps { version: 4, num_gp: 4, num_fixed: 3, width: 48, full_width_writes: true, topa_pmi: true };
+        PmuCaps { version: 4, num_gp: 4, num_fixed: 3, width: 48, full_width_writes: true, topa_pmi: true, lbr_format: 5 };
     /// Silvermont 06_4DH: version 3, 2 GP counters, 3 fixed, 40 bits.
     pub const SILVERMONT: PmuCaps =
-        PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, full_width_writes: false, topa_pmi: false };
+        PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, full_width_writes: false, topa_pmi: false, lbr_format: 0 };
 
     fn mask(&self) -> u64 {
         (1u64 << self.width) - 1
@@ -93,10 +95,10 @@ impl PmuCaps {
         [eax, ebx, 0, edx]
     }
 
-    /// IA32_PERF_CAPABILITIES: FW_WRITE only (LBR format, PEBS format and the PEBS bits stay 0:
-    /// no LBR stack and no PEBS are modelled).
+    /// IA32_PERF_CAPABILITIES: FW_WRITE and the LBR format (the PEBS format and bits stay 0:
+    /// no PEBS is modelled).
     pub fn perf_capabilities(&self) -> Option<u64> {
-        self.full_width_writes.then_some(PERF_CAP_FW_WRITE)
+        self.full_width_writes.then_some(PERF_CAP_FW_WRITE | u64::from(self.lbr_format))
     }
 
     /// Bits of IA32_PERF_GLOBAL_STATUS_RESET (OVF_CTRL) software may write.

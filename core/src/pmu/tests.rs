@@ -49,7 +49,7 @@ fn msr_gp_and_read_back_rules() {
     assert_eq!(p.write(IA32_PERF_GLOBAL_STATUS, 0), Err(Fault::Gp));
     assert_eq!(p.write(IA32_PERF_GLOBAL_INUSE, 0), Err(Fault::Gp));
     assert_eq!(p.write(IA32_PERF_CAPABILITIES, 0), Err(Fault::Gp));
-    assert_eq!(p.read(IA32_PERF_CAPABILITIES), Ok(PERF_CAP_FW_WRITE));
+    assert_eq!(p.read(IA32_PERF_CAPABILITIES), Ok(PERF_CAP_FW_WRITE | 5));
     // Legacy 32-bit writes sign-extend; full-width writes through IA32_A_PMCx.
     p.write(IA32_PMC0, 0xFFFF_FFFF_8000_0000).unwrap();
     assert_eq!(p.read(IA32_PMC0), Ok(0xFFFF_8000_0000));
