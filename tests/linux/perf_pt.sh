@@ -94,7 +94,7 @@ perf stat -x, -e instructions:u,branches:u -o again.txt calls 3000 >/dev/null; t
 # floor(instructions:u / 10000) samples, all at user addresses of the workload. The kernel's
 # sample-rate throttling times its NMI handler in wall-clock time, which under emulation depends
 # on the host's load (it dropped 74 of 112 samples once): it is switched off for this check.
-echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent; echo 100000 > /proc/sys/kernel/perf_event_max_sample_rate; dmesg | grep 'took too long' | tail -2
+echo 100000 > /proc/sys/kernel/perf_event_max_sample_rate; echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent; dmesg | grep 'took too long' | tail -2
 perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); perf record -q -e instructions:u -c 10000 -o ins.data calls 100000 >/dev/null; ns=$(perf script -i ins.data -F comm,ip,sym 2>/dev/null | wc -l); nw=$(perf script -i ins.data -F comm,ip,sym,dso 2>/dev/null | grep -c '^ *calls .*(/usr/local/bin/calls)$'); echo "instructions:u $ni, samples $ns (expected $((ni / 10000))), in the workload $nw"; test "$ns" = "$((ni / 10000))" && test "$nw" = "$ns"
 GUEST
 LINUX_GUEST_TIMEOUT=${LINUX_GUEST_TIMEOUT:-600} bash "$top/scripts/linux-guest/run.sh" "$script" -plugin "$plugin" "$@"
