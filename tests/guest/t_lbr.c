@@ -44,7 +44,40 @@ asm(".text\n"
     "lbr_f: nop\n"
     "lbr_ret: ret\n");
 
+#define IA32_PMC0 0xC1
+#define IA32_A_PMC0 0x4C1
+#define IA32_PERFEVTSEL0 0x186
+#define IA32_PERF_GLOBAL_STATUS 0x38E
+#define IA32_PERF_GLOBAL_CTRL 0x38F
+#define IA32_PERF_GLOBAL_STATUS_RESET 0x390
+#define LBR_FRZ (1ull << 58)
+#define PMI_VECTOR 0xF0
+
 struct rec { uint64_t from, to, info; };
+
+static volatile uint64_t pmis, pmi_status, pmi_tos;
+
+static void pmi_handler(struct trap_frame *f)
+{
+    (void)f;
+    pmis++;
+    pmi_status = rdmsr(IA32_PERF_GLOBAL_STATUS);
+    pmi_tos = rdmsr(MSR_LBR_TOS);
+    wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
+    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, pmi_status & ~LBR_FRZ); /* keep the LBRs frozen */
+    lapic_write(LAPIC_LVT_PERF, PMI_VECTOR);
+    lapic_eoi();
+}
+
+__attribute__((noinline)) static uint64_t branchy(uint64_t n)
+{
+    uint64_t acc = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        asm volatile("" : "+r"(acc));
+        acc += i & 3 ? i : 1;
+    }
+    return acc;
+}
 
 static struct rec youngest(int k)
 {
@@ -94,4 +127,30 @@ void test_main(void)
     expect(1, lbr_call, lbr_f, 0);
     expect(2, lbr_jmp, lbr_l1, 0);
     ASSERT_EQ(rdmsr(MSR_LBR_TOS), (9 + 3) % 32);
+
+    /* FREEZE_LBRS_ON_PMI (DEBUGCTL[11], version 4): the PMI of an overflowing counter sets
+     * GLOBAL_STATUS.LBR_Frz and the stack stops; clearing it through STATUS_RESET resumes. */
+    wrmsr(MSR_LBR_SELECT, 0);
+    lapic_enable();
+    set_handler(PMI_VECTOR, pmi_handler);
+    lapic_write(LAPIC_LVT_PERF, PMI_VECTOR);
+    wrmsr(IA32_A_PMC0, (1ull << 48) - 500);
+    wrmsr(IA32_PERFEVTSEL0, 0xC0 | (1u << 17) | (1u << 20) | (1u << 22)); /* instructions, OS, INT, EN */
+    wrmsr(IA32_DEBUGCTL, 1 | (1u << 11));
+    irq_enable();
+    wrmsr(IA32_PERF_GLOBAL_CTRL, 1);
+    volatile uint64_t sink = branchy(1000); /* ~5000 instructions: overflows early */
+    (void)sink;
+    irq_disable();
+    uint64_t tos_after = rdmsr(MSR_LBR_TOS);
+    printf("LBR freeze: %lu PMI, status %lx, TOS at the PMI %lu, after %lu\n", pmis, pmi_status, pmi_tos, tos_after);
+    ASSERT_EQ(pmis, 1);
+    ASSERT(pmi_status & LBR_FRZ);
+    ASSERT(pmi_status & 1);
+    ASSERT_EQ(tos_after, pmi_tos);              /* frozen through the rest of the loop */
+    ASSERT(rdmsr(IA32_PERF_GLOBAL_STATUS) & LBR_FRZ);
+    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, LBR_FRZ);
+    sink = branchy(10);
+    ASSERT(rdmsr(MSR_LBR_TOS) != tos_after);  /* recording again */
+    wrmsr(IA32_DEBUGCTL, 0);
 }
