@@ -98,10 +98,14 @@ pub enum SystemOp {
     MovToCr3,
     /// LGDT: the GDT base is needed to read CS.L/CS.D for MODE.Exec.
     Lgdt,
+    /// LIDT: the IDT base, to re-deliver a faulting RDPMC's #UD as #GP.
+    Lidt,
     /// RDPMC: QEMU's TCG raises #UD for it; the plugin completes it from its PMU model.
     Rdpmc,
     /// RDTSC / RDTSCP: their results tell the plugin the guest's TSC (for TSC/MTC packets).
     Rdtsc,
+    /// HLT: the unhalted-cycle counters stop until the processor wakes up.
+    Hlt,
 }
 
 /// The system operation of the instruction at the start of `bytes`, if any.
@@ -116,8 +120,10 @@ pub fn system_op(bytes: &[u8], bitness: u32) -> Option<SystemOp> {
         Mnemonic::Rdmsr => Some(SystemOp::Rdmsr),
         Mnemonic::Wrmsr => Some(SystemOp::Wrmsr),
         Mnemonic::Lgdt => Some(SystemOp::Lgdt),
+        Mnemonic::Lidt => Some(SystemOp::Lidt),
         Mnemonic::Rdpmc => Some(SystemOp::Rdpmc),
         Mnemonic::Rdtsc | Mnemonic::Rdtscp => Some(SystemOp::Rdtsc),
+        Mnemonic::Hlt => Some(SystemOp::Hlt),
         Mnemonic::Mov if insn.op0_register() == iced_x86::Register::CR3 => Some(SystemOp::MovToCr3),
         _ => None,
     }
@@ -260,9 +266,11 @@ mod tests {
         assert_eq!(system_op(&[0x0F, 0x30], 64), Some(SystemOp::Wrmsr));
         assert_eq!(system_op(&[0x0F, 0x33], 64), Some(SystemOp::Rdpmc));
         assert_eq!(system_op(&[0x0F, 0x32], 64), Some(SystemOp::Rdmsr));
+        assert_eq!(system_op(&[0xF4], 64), Some(SystemOp::Hlt));
         assert_eq!(system_op(&[0x0F, 0x22, 0xD8], 64), Some(SystemOp::MovToCr3)); // mov cr3, rax
         assert_eq!(system_op(&[0x0F, 0x20, 0xD8], 64), None); // mov rax, cr3
         assert_eq!(system_op(&[0x0F, 0x01, 0x10], 64), Some(SystemOp::Lgdt)); // lgdt [rax]
+        assert_eq!(system_op(&[0x0F, 0x01, 0x18], 64), Some(SystemOp::Lidt)); // lidt [rax]
         let m = memory_operand(&[0x0F, 0x01, 0x54, 0x8B, 0x10], 0, 64).unwrap(); // lgdt [rbx+rcx*4+0x10]
         assert_eq!((m.base.as_deref(), m.index.as_deref(), m.scale, m.displacement), (Some("rbx"), Some("rcx"), 4, 0x10));
         let r = memory_operand(&[0x0F, 0x01, 0x15, 0x10, 0, 0, 0], 0x1000, 64).unwrap(); // lgdt [rip+0x10]

@@ -2,6 +2,7 @@
 #[macro_use]
 mod macros;
 pub mod guest_mem;
+pub mod idt;
 pub mod insn_class;
 pub mod pt;
 pub mod rtit;
@@ -10,3 +11,4 @@ pub mod options;
 pub mod system_flow;
 pub mod pmu;
 pub mod bts;
+pub mod lbr;

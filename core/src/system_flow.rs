@@ -37,6 +37,17 @@ pub trait RetireSink {
         let _ = nlip;
         self.async_event(AsyncKind::SoftwareInterrupt { ip }, handler, to)
     }
+    /// `n` instructions that are not a block's last (hence not branches) retired, in the
+    /// context of the current block. For the performance counters; default: nothing.
+    fn plain_retired(&mut self, n: u64) {
+        let _ = n;
+    }
+    /// A block's last instruction (class `kind` at `ip`, next sequential `nlip`) retired and
+    /// execution continues at `next`. Reported before the transfer it makes (`branch`,
+    /// `far_transfer`, ...), so the context is still the one it retired in. Default: nothing.
+    fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
+        let _ = (kind, ip, nlip, next);
+    }
 }
 
 impl RetireSink for Tracer {
@@ -83,6 +94,8 @@ impl<T: Clone + std::ops::Deref<Target = SysBlock>> BlockRef for T {}
 struct Executed<B> {
     block: B,
     delta: u64,
+    /// Instructions at the start of the block already reported as retired (`catch_up`).
+    counted: usize,
 }
 
 impl<B: BlockRef> Executed<B> {
@@ -91,7 +104,21 @@ impl<B: BlockRef> Executed<B> {
     }
 
     fn contains_insn(&self, ip: u64) -> bool {
-        self.block.insns.contains(&ip.wrapping_sub(self.delta))
+        self.index_of(ip).is_some()
+    }
+
+    /// Position of the instruction at (actual) address `ip` in the block.
+    fn index_of(&self, ip: u64) -> Option<usize> {
+        let ip = ip.wrapping_sub(self.delta);
+        self.block.insns.iter().position(|&a| a == ip)
+    }
+
+    /// Report the instructions before index `k` not yet reported.
+    fn retire_before(&mut self, sink: &mut impl RetireSink, k: usize) {
+        if k > self.counted {
+            sink.plain_retired((k - self.counted) as u64);
+            self.counted = k;
+        }
     }
 
     fn explains(&self, next: u64) -> bool {
@@ -167,11 +194,17 @@ impl<B: BlockRef> SystemFlow<B> {
         cpu: &mut impl CpuView,
     ) {
         self.stats.blocks += 1;
-        if let Position::After(prev) = std::mem::replace(&mut self.pos, Position::Start) {
+        if let Position::After(mut prev) = std::mem::replace(&mut self.pos, Position::Start) {
             if last_started == prev.block.last.ip {
-                self.retire_last(tracer, &prev, pc, cpu);
+                self.retire_last(tracer, &mut prev, pc, cpu);
             } else {
                 self.stats.cut_short += 1;
+                // QEMU left the block before its last instruction and resumes inside it (an
+                // instruction re-executed on its own, or one completed by the plugin): the
+                // instructions before the resume point retired.
+                if let Some(k) = prev.index_of(pc) {
+                    prev.retire_before(tracer, k);
+                }
             }
         }
         let index = match tracer.mode() {
@@ -179,15 +212,28 @@ impl<B: BlockRef> SystemFlow<B> {
             ExecMode::Bit32 => 1,
             ExecMode::Bit64 => 2,
         };
-        self.pos = Position::After(Executed { block: by_mode[index].clone(), delta });
+        self.pos = Position::After(Executed { block: by_mode[index].clone(), delta, counted: 0 });
+    }
+
+    /// The instruction at (actual) address `ip` of the current block is about to execute (an
+    /// RDPMC, RDMSR or WRMSR of the counters): report the block's instructions before it as
+    /// retired, so counters read there hold exactly the events before it.
+    pub fn catch_up(&mut self, tracer: &mut impl RetireSink, ip: u64) {
+        if let Position::After(cur) = &mut self.pos {
+            if let Some(k) = cur.index_of(ip) {
+                cur.retire_before(tracer, k);
+            }
+        }
     }
 
     /// The last instruction of `prev` retired and execution continues at `next`.
-    fn retire_last(&mut self, tracer: &mut impl RetireSink, prev: &Executed<B>, next: u64, cpu: &mut impl CpuView) {
+    fn retire_last(&mut self, tracer: &mut impl RetireSink, prev: &mut Executed<B>, next: u64, cpu: &mut impl CpuView) {
         let last = prev.last();
+        prev.retire_before(tracer, prev.block.insns.len() - 1);
         if last.rep_string && next == last.ip {
-            return; // the REP string instruction continues
+            return; // the REP string instruction continues (it retires once, at its end)
         }
+        tracer.last_retired(last.kind, last.ip, last.nlip(), next);
         match last.kind {
             BranchKind::Far(kind) => {
                 self.stats.far_transfers += 1;
@@ -228,22 +274,30 @@ impl<B: BlockRef> SystemFlow<B> {
         let exception = std::mem::take(&mut self.exception_announced);
         let mut int_nlip = None;
         let kind = match std::mem::replace(&mut self.pos, Position::Delivered) {
-            Position::After(prev) if exception && prev.contains_insn(from) => {
+            Position::After(mut prev) if exception && prev.contains_insn(from) => {
                 // The block stopped at `from`: it faulted, or it is an INT n / INT3 / INTO.
+                // The instructions before it retired; a faulting instruction does not, INT n does.
+                let k = prev.index_of(from).unwrap_or(0);
+                prev.retire_before(tracer, k);
                 if from == prev.last().ip && prev.last().kind == BranchKind::SoftwareInterrupt {
-                    int_nlip = Some(prev.last().nlip());
+                    let last = prev.last();
+                    tracer.last_retired(last.kind, last.ip, last.nlip(), to);
+                    int_nlip = Some(last.nlip());
                     AsyncKind::SoftwareInterrupt { ip: from }
                 } else {
                     AsyncKind::Fault { ip: from }
                 }
             }
-            Position::After(prev) => {
+            Position::After(mut prev) => {
                 // The block completed; its last instruction retired with `from` as successor
                 // (unless QEMU left the block early, see `block`).
                 if last_started == prev.block.last.ip {
-                    self.retire_last(tracer, &prev, from, cpu);
+                    self.retire_last(tracer, &mut prev, from, cpu);
                 } else {
                     self.stats.cut_short += 1;
+                    if let Some(k) = prev.index_of(from) {
+                        prev.retire_before(tracer, k);
+                    }
                 }
                 if exception {
                     AsyncKind::Fault { ip: from }
@@ -442,6 +496,108 @@ mod tests {
             t.take_packet_log(),
             [Packet::Tnt { bits: 0b10, count: 2 }, Packet::Tip(u16ip(0x9000))]
         );
+    }
+
+    /// Records what the performance counters would be told.
+    #[derive(Default)]
+    struct Counted {
+        plain: u64,
+        last: Vec<(BranchKind, u64)>,
+    }
+    impl RetireSink for Counted {
+        fn mode(&self) -> ExecMode {
+            ExecMode::Bit64
+        }
+        fn branch(&mut self, _: u64, _: u64, _: BranchKind, _: u64) {}
+        fn far_transfer(&mut self, _: u64, _: u64, _: FarKind, _: u64, _: Context) {}
+        fn mov_cr3(&mut self, _: u64, _: u64) {}
+        fn async_event(&mut self, _: AsyncKind, _: u64, _: Context) {}
+        fn plain_retired(&mut self, n: u64) {
+            self.plain += n;
+        }
+        fn last_retired(&mut self, kind: BranchKind, _: u64, _: u64, next: u64) {
+            self.last.push((kind, next));
+        }
+    }
+
+    fn retired(c: &Counted) -> u64 {
+        c.plain + c.last.len() as u64
+    }
+
+    #[test]
+    fn every_instruction_of_a_completed_block_retires_once() {
+        let mut c = Counted::default();
+        let mut cpu = Cpu(KERNEL);
+        let mut f = SystemFlow::default();
+        let jcc = BranchKind::Conditional { target: 0x1000 };
+        let b = block(&[0x1000, 0x1003, 0x1006], 2, jcc);
+        for _ in 0..10 {
+            f.block(&mut c, 0x1000, &b, 0, 0x1006, &mut cpu);
+        }
+        f.block(&mut c, 0x1008, &block(&[0x1008], 1, BranchKind::Return), 0, 0x1006, &mut cpu);
+        assert_eq!(retired(&c), 30);
+        assert_eq!(c.last.iter().filter(|l| l.1 == 0x1000).count(), 9);
+        assert_eq!(c.last.last(), Some(&(jcc, 0x1008)));
+    }
+
+    #[test]
+    fn a_faulting_instruction_does_not_retire_and_int_n_does() {
+        let mut c = Counted::default();
+        let mut cpu = Cpu(KERNEL);
+        let mut f = SystemFlow::default();
+        f.block(&mut c, 0x1000, &block(&[0x1000, 0x1004, 0x1008], 2, BranchKind::Return), 0, 0, &mut cpu);
+        f.exception_announced();
+        f.delivered(&mut c, 0x1004, 0x9000, 0x1004, &mut cpu);
+        assert_eq!((c.plain, c.last.len()), (1, 0), "only the instruction before the fault");
+        f.block(&mut c, 0x9000, &block(&[0x9000, 0x9001], 2, BranchKind::SoftwareInterrupt), 0, 0, &mut cpu);
+        f.exception_announced();
+        f.delivered(&mut c, 0x9001, 0xA000, 0x9001, &mut cpu);
+        assert_eq!((c.plain, c.last.len()), (2, 1), "INT n and the instruction before it");
+    }
+
+    #[test]
+    fn rep_string_retires_once_and_the_instructions_before_it_at_once() {
+        let mut c = Counted::default();
+        let mut cpu = Cpu(KERNEL);
+        let mut f = SystemFlow::default();
+        let rep = |insns: &[u64]| {
+            let b = Arc::new(SysBlock {
+                insns: insns.to_vec(),
+                last: ClassifiedInsn { ip: 0x1004, len: 2, kind: BranchKind::None, rep_string: true },
+                writes_cr3: false,
+            });
+            [b.clone(), b.clone(), b]
+        };
+        f.block(&mut c, 0x1000, &rep(&[0x1000, 0x1004]), 0, 0, &mut cpu);
+        for _ in 0..5 {
+            f.block(&mut c, 0x1004, &rep(&[0x1004]), 0, 0x1004, &mut cpu); // iterations
+        }
+        assert_eq!(retired(&c), 1);
+        f.block(&mut c, 0x1006, &block(&[0x1006], 1, BranchKind::Return), 0, 0x1004, &mut cpu);
+        assert_eq!(retired(&c), 2);
+    }
+
+    #[test]
+    fn catch_up_reports_the_instructions_before_a_counter_read_exactly_once() {
+        let mut c = Counted::default();
+        let mut cpu = Cpu(KERNEL);
+        let mut f = SystemFlow::default();
+        let b = block(&[0x1000, 0x1001, 0x1002, 0x1003, 0x1005], 1, BranchKind::Return);
+        f.block(&mut c, 0x1000, &b, 0, 0, &mut cpu);
+        f.catch_up(&mut c, 0x1003); // RDMSR at 0x1003
+        assert_eq!(retired(&c), 3);
+        f.catch_up(&mut c, 0x1003);
+        assert_eq!(retired(&c), 3);
+        f.block(&mut c, 0x7000, &block(&[0x7000], 1, BranchKind::Return), 0, 0x1005, &mut cpu);
+        assert_eq!(retired(&c), 5);
+        // An RDPMC at 0x7100 completed by the plugin: QEMU resumes at the next instruction in a
+        // new block, the first block having been left before its last instruction.
+        let mut c = Counted::default();
+        let b = block(&[0x7100, 0x7102, 0x7105], 1, BranchKind::Return);
+        f.block(&mut c, 0x7100, &b, 0, 0x7000, &mut cpu);
+        f.catch_up(&mut c, 0x7100);
+        f.block(&mut c, 0x7102, &block(&[0x7102, 0x7105], 1, BranchKind::Return), 0, 0x7100, &mut cpu);
+        assert_eq!(retired(&c), 2, "the block before and the RDPMC");
     }
 
     #[test]

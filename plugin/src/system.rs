@@ -23,7 +23,8 @@ use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUG
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, FarKind, SystemOp};
 use pttrace_core::options::SystemOptions;
-use pttrace_core::pmu::{self, ArchPmu};
+use pttrace_core::lbr::LbrStack;
+use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
 use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
@@ -51,14 +52,15 @@ const APIC_ICR_LOW: u64 = 0xFEE0_0300;
 fn owned_msr(index: u32, opts: &SystemOptions) -> bool {
     RtitMsrs::owns(index, &opts.caps)
         || pttrace_core::pt::msr::is_rtit_index(index)
-        || ArchPmu::owns(index)
+        || Pmu::owns(index)
+        || (!opts.rtit && LbrStack::owns(index))
         || (opts.bts && BranchTraceStore::owns(index))
         || (opts.rtit && RtitTracer::owns(index))
 }
 
 /// With `profile=silvermont` the IA32_RTIT_* (Intel PT) MSRs do not exist: #GP on RDMSR/WRMSR.
 fn pt_msr_absent(index: u32, opts: &SystemOptions) -> bool {
-    opts.rtit && !ArchPmu::owns(index) && (RtitMsrs::owns(index, &opts.caps) || pttrace_core::pt::msr::is_rtit_index(index))
+    opts.rtit && !Pmu::owns(index) && (RtitMsrs::owns(index, &opts.caps) || pttrace_core::pt::msr::is_rtit_index(index))
 }
 
 /// Retirement events fanned out to the Intel PT tracer and the Branch Trace Store. BTS records
@@ -70,6 +72,11 @@ struct Retire<'a> {
     bts: &'a mut BranchTraceStore,
     /// A BTS record reached the interrupt threshold: raise the DS interrupt after the event.
     bts_pmi: bool,
+    /// The performance counters (told about retirements only while one counts; the caller
+    /// asks `take_pmi` afterwards).
+    pmu: &'a mut Pmu,
+    /// The LBR stack while it records (DEBUGCTL.LBR = 1 and not frozen).
+    lbr: Option<&'a mut LbrStack>,
 }
 
 impl RetireSink for Retire<'_> {
@@ -77,6 +84,17 @@ impl RetireSink for Retire<'_> {
         self.pt.context().mode
     }
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
+        if let Some(l) = self.lbr.as_deref_mut() {
+            let taken = match kind {
+                BranchKind::None | BranchKind::AlwaysFaults => false,
+                BranchKind::Conditional { target } => next != nlip || target == nlip,
+                _ => true,
+            };
+            if taken {
+                let misp = Retired::of(kind, ip, nlip, next).has(Retired::MISP);
+                l.record(Some(kind), ip, next, self.pt.context().cpl, misp);
+            }
+        }
         self.pt.branch(ip, nlip, kind, next);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.branch(ip, nlip, kind, next);
@@ -87,6 +105,10 @@ impl RetireSink for Retire<'_> {
         }
     }
     fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
+        if let Some(l) = self.lbr.as_deref_mut() {
+            // Far transfers are not predicted by the static model (`bts::prediction`).
+            l.record(Some(BranchKind::Far(kind)), ip, next, self.pt.context().cpl, true);
+        }
         self.pt.far_transfer(kind, next, to);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.far_transfer(ip, nlip, kind, next, to);
@@ -102,6 +124,9 @@ impl RetireSink for Retire<'_> {
         }
     }
     fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
+        if let Some(l) = self.lbr.as_deref_mut() {
+            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, self.pt.context().cpl, true);
+        }
         let why = AsyncKind::SoftwareInterrupt { ip };
         self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
@@ -110,11 +135,25 @@ impl RetireSink for Retire<'_> {
         self.bts_event(why, handler, to);
     }
     fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
+        if let Some(l) = self.lbr.as_deref_mut() {
+            // FROM as for BTS: the faulting instruction, or the next one for an interrupt.
+            l.record(None, why.fup_ip(), handler, self.pt.context().cpl, true);
+        }
         self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.async_event(why, handler, to);
         }
         self.bts_event(why, handler, to);
+    }
+    fn plain_retired(&mut self, n: u64) {
+        if self.pmu.active() {
+            self.pmu.retire(n, Retired::PLAIN, self.pt.context().cpl);
+        }
+    }
+    fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
+        if self.pmu.active() {
+            self.pmu.retire(1, Retired::of(kind, ip, nlip, next), self.pt.context().cpl);
+        }
     }
 }
 
@@ -162,8 +201,15 @@ struct Vcpu {
     tracer: Tracer,
     flow: SystemFlow<&'static SysBlock>,
     msrs: RtitMsrs,
-    /// Architectural PMU MSRs (storage only), so the guest's core PMU driver initialises.
-    pmu: ArchPmu,
+    /// The counting PMU (CPUID.0AH, the counter MSRs, RDPMC).
+    pmu: Pmu,
+    /// The Skylake-class LBR stack (not with `profile=silvermont`).
+    lbr: LbrStack,
+    /// A PMI was raised before the current block ran, for an overflow certain to happen in it
+    /// (so that it is taken right after the block): the overflow itself raises no second one.
+    pmi_prearmed: bool,
+    /// The guest clock when cycles were last counted (None: not counting cycles).
+    cycle_clock: Option<u64>,
     output: OutputUnit,
     /// Branch Trace Store (IA32_DEBUGCTL, IA32_DS_AREA).
     bts: BranchTraceStore,
@@ -174,6 +220,8 @@ struct Vcpu {
     regs: Regs,
     /// GDTR.base as last loaded by LGDT (for CS.L / CS.D).
     gdt_base: Option<u64>,
+    /// IDTR.base as last loaded by LIDT (to re-deliver a faulting RDPMC's #UD as #GP).
+    idt_base: Option<u64>,
     pending: Pending,
     /// An exception or INT n was announced and not yet delivered.
     exception_pending: bool,
@@ -322,6 +370,8 @@ impl Shared {
             || v.bts.active()
             || v.rtit.as_ref().is_some_and(|r| r.trigger_en())
             || v.truth.is_some()
+            || v.pmu.active()
+            || self.lbr_recording(v)
             || p.cpuid.is_some()
             || p.rdmsr.is_some()
             || p.misc_enable
@@ -330,6 +380,13 @@ impl Shared {
             v.block_cb_flag = Some(needed);
             self.need_block_cb.set(v.index, u64::from(needed));
         }
+    }
+
+    /// DEBUGCTL.LBR = 1 and the LBRs not frozen (GLOBAL_STATUS.LBR_Frz), on a part with LBRs.
+    fn lbr_recording(&self, v: &Vcpu) -> bool {
+        !self.opts.rtit
+            && v.bts.debugctl().lbr()
+            && v.pmu.global_status() & pttrace_core::pmu::STATUS_LBR_FRZ == 0
     }
 
     fn vcpu_init(&self, vcpu: VCPUIndex) {
@@ -354,7 +411,10 @@ impl Shared {
             },
             flow: SystemFlow::default(),
             msrs: RtitMsrs::default(),
-            pmu: ArchPmu::default(),
+            pmu: Pmu::new(self.pmu_caps()),
+            lbr: LbrStack::default(),
+            pmi_prearmed: false,
+            cycle_clock: None,
             output: OutputUnit::new(caps),
             bts: BranchTraceStore::new(self.opts.dtes64),
             rtit: self.opts.rtit.then(|| {
@@ -376,6 +436,7 @@ impl Shared {
             output_active: false,
             regs,
             gdt_base: None,
+            idt_base: None,
             pending: Pending::default(),
             exception_pending: false,
             pc_delta: 0,
@@ -535,7 +596,8 @@ impl Shared {
         // so it is read only while tracing; with TraceEn = 0 no packet depends on the address
         // (a block with a WRMSR, which may enable tracing, reads it too).
         let rtit_on = v.rtit.as_ref().is_some_and(|r| r.trigger_en());
-        let pc = if v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr {
+        let lbr_on = self.lbr_recording(v);
+        let pc = if v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on {
             v.regs.get("rip").unwrap_or(info.pc)
         } else {
             info.pc
@@ -547,10 +609,23 @@ impl Shared {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
             v.bts.set_ia32e(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
         }
-        let mut sink = Retire { pt: &mut v.tracer, rtit: v.rtit.as_mut(), bts: &mut v.bts, bts_pmi: false };
+        let mut sink = Retire {
+            pt: &mut v.tracer,
+            rtit: v.rtit.as_mut(),
+            bts: &mut v.bts,
+            bts_pmi: false,
+            pmu: &mut v.pmu,
+            lbr: lbr_on.then_some(&mut v.lbr),
+        };
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         if sink.bts_pmi {
             Self::deliver_pmi();
+        }
+        let pmu_pmi = v.pmu.take_pmi();
+        Self::counter_pmi(v, pmu_pmi);
+        if v.pmu.active() {
+            self.count_cycles(v);
+            Self::prearm_pmi(v, info);
         }
         self.refresh_block_cb(v);
         if let Some(r) = v.rtit.as_mut().filter(|r| r.trigger_en()) {
@@ -573,6 +648,83 @@ impl Shared {
             if t.len() >= 256 * 1024 {
                 out.send(FileKey::Truth(v.index + 1), std::mem::take(t));
             }
+        }
+    }
+
+    /// A counter overflow asked for a PMI: raise it, unless it was raised before the block ran
+    /// (`prearm_pmi`). A pre-armed PMI belongs to the block that just ended.
+    fn counter_pmi(v: &mut Vcpu, overflowed: bool) {
+        let prearmed = std::mem::take(&mut v.pmi_prearmed);
+        if overflowed && !prearmed {
+            Self::deliver_pmi();
+        }
+    }
+
+    /// QEMU takes interrupts only between translation blocks, and the block callback learns
+    /// that a block completed when the next one starts. When the block about to run will
+    /// certainly overflow a counter with INT (its instructions, and what its last instruction
+    /// contributes whatever its outcome), the PMI is raised now, so it is taken right after this
+    /// block instead of after the next one. (If the block faults before the overflow, that PMI
+    /// arrives without an overflow bit, as a spurious PMI.)
+    fn prearm_pmi(v: &mut Vcpu, info: &BlockInfo) {
+        let b = info.by_mode[match v.tracer.context().mode {
+            ExecMode::Bit16 => 0,
+            ExecMode::Bit32 => 1,
+            ExecMode::Bit64 => 2,
+        }];
+        let plain = b.insns.len() as u64 - 1;
+        // A REP string instruction may not retire in this block (it iterates block by block).
+        let last = (!b.last.rep_string).then(|| Retired::certain(b.last.kind));
+        if v.pmu.pmi_within(plain, last, v.tracer.context().cpl) {
+            Self::deliver_pmi();
+            v.pmi_prearmed = true;
+        }
+    }
+
+    /// Cycles of the emulated clock since they were last counted go to the cycle counters (at
+    /// block granularity: the clock is read per block).
+    fn count_cycles(&self, v: &mut Vcpu) {
+        if !v.pmu.counts_cycles() {
+            v.cycle_clock = None;
+            return;
+        }
+        let now = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
+        if let Some(before) = v.cycle_clock.replace(now) {
+            let cpl = v.tracer.context().cpl;
+            v.pmu.cycles(now.saturating_sub(before), cpl);
+            if v.pmu.take_pmi() {
+                Self::deliver_pmi();
+            }
+        }
+    }
+
+    /// The instruction at `ip` (actual address) of the current block reads or writes the
+    /// counters: the block's instructions before it retired (counted now), and the clock is
+    /// brought up to date.
+    fn count_to(&self, v: &mut Vcpu, ip: u64) {
+        // Also while nothing counts: the instructions before an enabling WRMSR must not be
+        // counted once it has enabled counting (the flow marks them as reported).
+        let mut sink = Retire {
+            pt: &mut v.tracer,
+            rtit: v.rtit.as_mut(),
+            bts: &mut v.bts,
+            bts_pmi: false,
+            pmu: &mut v.pmu,
+            lbr: None,
+        };
+        v.flow.catch_up(&mut sink, ip);
+        if v.pmu.take_pmi() && !std::mem::take(&mut v.pmi_prearmed) {
+            Self::deliver_pmi();
+        }
+        self.count_cycles(v);
+    }
+
+    /// The PMU of the profile: Silvermont's with `profile=silvermont`, Skylake's otherwise.
+    fn pmu_caps(&self) -> PmuCaps {
+        if self.opts.rtit {
+            PmuCaps::SILVERMONT
+        } else {
+            PmuCaps::SKYLAKE
         }
     }
 
@@ -705,6 +857,7 @@ impl Shared {
     /// local APIC's performance-counter LVT, as a performance-monitoring overflow would.
     fn raise_topa_pmi(&self, v: &mut Vcpu) {
         v.msrs.set_topa_pmi();
+        v.pmu.set_topa_pmi();
         Self::deliver_pmi();
     }
 
@@ -763,6 +916,12 @@ impl Shared {
     fn fix_cpuid(&self, v: &mut Vcpu, leaf: u32, subleaf: u32) {
         // CPUID.0:EAX must reach leaf 14H (and 15H for the MTC clock ratio).
         let max_leaf = if self.opts.caps.mtc { 0x15 } else { 0x14 };
+        if leaf == 1 {
+            // CPUID.1:ECX[15] PDCM: IA32_PERF_CAPABILITIES exists (full-width counter writes).
+            let ecx = v.regs.get("rcx").unwrap_or(0) as u32 & !(1 << 15);
+            let pdcm = v.pmu.caps().perf_capabilities().is_some();
+            v.regs.set("rcx", u64::from(ecx | (u32::from(pdcm) << 15)));
+        }
         match leaf {
             0 => {
                 let eax = v.regs.get("rax").unwrap_or(0) as u32;
@@ -832,9 +991,9 @@ impl Shared {
                 v.regs.set("rax", u64::from((eax & !0xFF) | u32::from(self.opts.caps.max_phys_addr)));
             }
             0x0A => {
-                // Architectural PMU version 2 (SDM §20.2.2): Linux's core PMU driver services
-                // the ToPA PMI from its NMI handler.
-                for (name, val) in ["rax", "rbx", "rcx", "rdx"].iter().zip(pmu::cpuid_0a()) {
+                // The counting PMU of the profile (SDM §20.2): Linux's core PMU driver counts
+                // with it and services the ToPA PMI from its NMI handler.
+                for (name, val) in ["rax", "rbx", "rcx", "rdx"].iter().zip(v.pmu.caps().cpuid_0a()) {
                     v.regs.set(name, u64::from(val));
                 }
             }
@@ -865,6 +1024,9 @@ impl Shared {
             }
             SystemOp::Rdmsr => {
                 let index = v.regs.get("rcx").unwrap_or(0) as u32;
+                if Pmu::owns(index) {
+                    self.count_to(v, ip);
+                }
                 if owned_msr(index, &self.opts) {
                     if self.read_msr(v, index).is_err() {
                         // #GP(0) at this RDMSR: steer it to an MSR QEMU faults on; ECX comes
@@ -880,17 +1042,38 @@ impl Shared {
                 }
             }
             SystemOp::Wrmsr => self.wrmsr(v, ip, ip + len),
-            SystemOp::Lgdt => self.lgdt(v, ip, bytes),
-            SystemOp::Rdpmc => v.pending.rdpmc = Some((ip, len)),
+            SystemOp::Lgdt => {
+                if let Some(base) = self.table_base(v, ip, bytes) {
+                    v.gdt_base = Some(base);
+                }
+            }
+            SystemOp::Lidt => {
+                if let Some(base) = self.table_base(v, ip, bytes) {
+                    v.idt_base = Some(base);
+                }
+            }
+            SystemOp::Rdpmc => {
+                self.count_to(v, ip);
+                v.pending.rdpmc = Some((ip, len));
+            }
             SystemOp::Rdtsc => v.pending.rdtsc = Some(self.raw_clock(v)),
             SystemOp::MovToCr3 => {}
+            SystemOp::Hlt => {
+                // CPU_CLK_UNHALTED: cycles up to the HLT count, the halted time does not (the
+                // clock restarts at the next block, after the wake-up).
+                self.count_to(v, ip);
+                v.cycle_clock = None;
+            }
         }
     }
 
     /// RDMSR of an owned MSR: its value, or the #GP(0) hardware raises.
     fn read_msr(&self, v: &Vcpu, index: u32) -> Result<u64, Fault> {
-        if let Some(value) = v.pmu.read(index) {
-            return Ok(value);
+        if Pmu::owns(index) {
+            return v.pmu.read(index);
+        }
+        if LbrStack::owns(index) && !self.opts.rtit {
+            return v.lbr.read(index);
         }
         if let Some(value) = v.bts.read_msr(index).filter(|_| self.opts.bts) {
             return Ok(value);
@@ -913,8 +1096,23 @@ impl Shared {
         }
         let rdx = v.regs.get("rdx").unwrap_or(0);
         let value = (rdx << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
-        if ArchPmu::owns(index) {
+        if Pmu::owns(index) {
+            // The instructions before this WRMSR count under the old configuration; the WRMSR
+            // itself retires under the new one (an enabling WRMSR counts, a disabling one not).
+            self.count_to(v, ip);
+            let was_active = v.pmu.active();
             if v.pmu.write(index, value).is_err() {
+                Self::raise_gp(v, rcx, rdx);
+            } else if v.pmu.active() && !was_active && !v.tracer.trace_en() && !v.bts.active() {
+                // The CPL the counters filter on is tracked by the retirement events; bring it
+                // up to date when counting starts.
+                v.tracer.set_context(current_context(&v.regs, v.gdt_base));
+            }
+            self.count_cycles(v);
+            return;
+        }
+        if LbrStack::owns(index) && !self.opts.rtit {
+            if v.lbr.write(index, value).is_err() {
                 Self::raise_gp(v, rcx, rdx);
             }
             return;
@@ -937,10 +1135,14 @@ impl Shared {
             let was_active = v.bts.active();
             if v.bts.write_msr(index, value).is_err() {
                 Self::raise_gp(v, rcx, rdx);
-            } else if index == IA32_DEBUGCTL && v.bts.active() && !was_active && !v.tracer.trace_en() {
-                // The context BTS filters on (CPL of branch targets) is tracked by the PT
-                // tracer's retirement events; bring it up to date when recording starts.
-                v.tracer.set_context(current_context(&v.regs, v.gdt_base));
+            } else if index == IA32_DEBUGCTL {
+                // FREEZE_LBRS_ON_PMI / FREEZE_PERFMON_ON_PMI act on the counters.
+                v.pmu.set_debugctl(value);
+                if (v.bts.active() && !was_active || self.lbr_recording(v)) && !v.tracer.trace_en() {
+                    // The context BTS filters on (CPL of branch targets) is tracked by the PT
+                    // tracer's retirement events; bring it up to date when recording starts.
+                    v.tracer.set_context(current_context(&v.regs, v.gdt_base));
+                }
             }
             return;
         }
@@ -1002,22 +1204,64 @@ impl Shared {
     /// QEMU's TCG does not implement RDPMC and has just delivered #UD for it. Undo the delivery
     /// (the interrupt frame on the handler's stack holds the interrupted RIP, CS, RFLAGS, RSP,
     /// SS) and complete the instruction: EDX:EAX = the counter ECX selects, resume after it.
-    /// Returns false (the #UD stands) when the frame cannot be read or the counter does not exist.
-    fn complete_rdpmc(&self, v: &mut Vcpu, resume: u64) -> bool {
-        let Some(rsp) = v.regs.get("rsp") else { return false };
+    /// When the PMU says RDPMC faults, the #UD is turned into the #GP(0) hardware raises
+    /// (`ud_to_gp`).
+    fn complete_rdpmc(&self, v: &mut Vcpu, resume: u64) -> RdpmcOutcome {
+        let Some(rsp) = v.regs.get("rsp") else { return RdpmcOutcome::Unchanged };
         let frame: Option<Vec<u64>> = (0..5).map(|i| guest::read_u64(rsp + 8 * i)).collect();
-        let Some(frame) = frame else { return false };
+        let Some(frame) = frame else { return RdpmcOutcome::Unchanged };
         let (cs, rflags, old_rsp, ss) = (frame[1], frame[2], frame[3], frame[4]);
-        let Some(value) = v.pmu.rdpmc(v.regs.get("rcx").unwrap_or(0) as u32) else { return false };
+        let cr4 = v.regs.get("cr4").unwrap_or(0);
+        let protected = v.regs.get("cr0").unwrap_or(0) & 1 != 0;
+        if protected && cs & 3 != 0 && cr4 & (1 << 8) == 0 {
+            // QEMU's helper_rdpmc raises #GP(0) itself for CR4.PCE = 0 at CPL > 0 (before its
+            // #UD): that is the hardware's exception already.
+            return RdpmcOutcome::Unchanged;
+        }
+        let value = match v.pmu.rdpmc(v.regs.get("rcx").unwrap_or(0) as u32, (cs & 3) as u8, cr4 & (1 << 8) != 0, protected) {
+            Ok(value) => value,
+            Err(_) => return self.ud_to_gp(v, rsp, rflags).map_or(RdpmcOutcome::Unchanged, RdpmcOutcome::Gp),
+        };
         if cs & 3 != v.regs.get("cs").unwrap_or(0) & 3 && !(v.regs.set("cs", cs) && v.regs.set("ss", ss)) {
-            return false;
+            return RdpmcOutcome::Unchanged;
         }
         v.regs.set("rsp", old_rsp);
         v.regs.set("eflags", rflags);
         v.regs.set("rip", resume);
         v.regs.set("rax", value & 0xFFFF_FFFF);
         v.regs.set("rdx", value >> 32);
-        true
+        RdpmcOutcome::Completed
+    }
+
+    /// QEMU delivered #UD (vector 6, no error code) for an RDPMC that raises #GP(0) on
+    /// hardware: push the error code on the same stack and enter the #GP handler instead (64-bit
+    /// mode, gates 6 and 13 on the same stack). Returns the #GP handler's address.
+    fn ud_to_gp(&self, v: &mut Vcpu, rsp: u64, saved_rflags: u64) -> Option<u64> {
+        use pttrace_core::guest_mem::LinearMemory;
+        use pttrace_core::idt::{ud_redeliverable_as_gp, Gate64};
+        if v.regs.get("efer").unwrap_or(0) & (1 << 10) == 0 {
+            return None;
+        }
+        let idt = v.idt_base?;
+        let gate = |n: u64| {
+            let mut b = [0u8; 16];
+            guest::read_vaddr(idt + 16 * n, &mut b).then(|| Gate64::parse(&b))
+        };
+        let (ud, gp) = (gate(6)?, gate(13)?);
+        if !ud_redeliverable_as_gp(ud, gp) {
+            return None;
+        }
+        let new_rsp = rsp.wrapping_sub(8);
+        LinearMem.write_linear(new_rsp, &0u64.to_le_bytes()).ok()?;
+        v.regs.set("rsp", new_rsp);
+        if u64::from(gp.selector) != v.regs.get("cs").unwrap_or(0) {
+            v.regs.set("cs", u64::from(gp.selector));
+        }
+        let flags = v.regs.get("eflags").unwrap_or(0);
+        let if_flag = if gp.clears_if() { 0 } else { saved_rflags & (1 << 9) };
+        v.regs.set("eflags", (flags & !(1 << 9)) | if_flag);
+        v.regs.set("rip", gp.offset);
+        Some(gp.offset)
     }
 
     /// Make QEMU raise #GP(0) at the WRMSR about to execute: IA32_APIC_BASE with reserved bits
@@ -1038,8 +1282,9 @@ impl Shared {
         }
     }
 
-    /// LGDT m16&64 (or m16&32): remember GDTR.base for reading CS descriptors.
-    fn lgdt(&self, v: &mut Vcpu, ip: u64, bytes: &[u8]) {
+    /// LGDT / LIDT m16&64 (or m16&32): the table base they load (GDTR.base for reading CS
+    /// descriptors, IDTR.base for re-delivering RDPMC's #UD as #GP).
+    fn table_base(&self, v: &Vcpu, ip: u64, bytes: &[u8]) -> Option<u64> {
         let cr0 = v.regs.get("cr0").unwrap_or(0);
         let efer = v.regs.get("efer").unwrap_or(0);
         let bitness = if cr0 & 1 == 0 {
@@ -1051,15 +1296,12 @@ impl Shared {
         } else {
             32
         };
-        let Some(addr) = operand_address(&v.regs, bytes, ip, bitness) else { return };
-        let base = if bitness == 64 {
+        let addr = operand_address(&v.regs, bytes, ip, bitness)?;
+        if bitness == 64 {
             guest::read_u64(addr + 2)
         } else {
             let mut b = [0u8; 4];
             guest::read_vaddr(addr + 2, &mut b).then(|| u64::from(u32::from_le_bytes(b)))
-        };
-        if let Some(base) = base {
-            v.gdt_base = Some(base);
         }
     }
 
@@ -1070,12 +1312,19 @@ impl Shared {
                 v.regs.set("rcx", rcx);
                 v.regs.set("rdx", rdx);
             }
+            let mut to = to;
             if ty & DISCON_EXCEPTION == 0 && v.exception_pending {
                 if let Some((ip, len)) = v.pending.rdpmc.take() {
-                    if from == ip && sh.complete_rdpmc(v, ip + len) {
-                        v.exception_pending = false;
-                        v.flow.exception_cancelled();
-                        return;
+                    if from == ip {
+                        match sh.complete_rdpmc(v, ip + len) {
+                            RdpmcOutcome::Completed => {
+                                v.exception_pending = false;
+                                v.flow.exception_cancelled();
+                                return;
+                            }
+                            RdpmcOutcome::Gp(handler) => to = handler,
+                            RdpmcOutcome::Unchanged => {}
+                        }
                     }
                 }
             }
@@ -1105,11 +1354,21 @@ impl Shared {
             sh.update_tsc(v);
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
-            let mut sink = Retire { pt: &mut v.tracer, rtit: v.rtit.as_mut(), bts: &mut v.bts, bts_pmi: false };
+            let lbr_on = sh.lbr_recording(v);
+            let mut sink = Retire {
+                pt: &mut v.tracer,
+                rtit: v.rtit.as_mut(),
+                bts: &mut v.bts,
+                bts_pmi: false,
+                pmu: &mut v.pmu,
+                lbr: lbr_on.then_some(&mut v.lbr),
+            };
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {
                 Self::deliver_pmi();
             }
+            let pmu_pmi = v.pmu.take_pmi();
+            Self::counter_pmi(v, pmu_pmi);
             sh.drain(v);
         });
     }
@@ -1181,6 +1440,16 @@ impl Shared {
 /// meta.txt of a full-system run (`end=` is added once every stream is complete).
 fn system_meta(opts: &SystemOptions) -> String {
     format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","))
+}
+
+/// What became of the #UD QEMU raised for an RDPMC.
+enum RdpmcOutcome {
+    /// The instruction was completed from the PMU model; no exception.
+    Completed,
+    /// The PMU says #GP(0): re-delivered to the #GP handler at this address.
+    Gp(u64),
+    /// Left as QEMU delivered it.
+    Unchanged,
 }
 
 /// Effective linear address of the memory operand of the instruction in `bytes` (flat segments

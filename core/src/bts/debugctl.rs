@@ -8,9 +8,9 @@ pub const IA32_DEBUGCTL: u32 = 0x1D9;
 pub const IA32_DS_AREA: u32 = 0x600;
 pub const IA32_MISC_ENABLE: u32 = 0x1A0;
 
-/// IA32_DEBUGCTL. The BTS unit acts on TR, BTS, BTINT, BTS_OFF_OS and BTS_OFF_USR; the other
-/// defined bits (LBR, BTF, the freeze and PMI bits, RTM_DEBUG) are accepted and read back but
-/// have no effect in this model (no LBR stack, no single-step-on-branch).
+/// IA32_DEBUGCTL. The BTS unit acts on TR, BTS, BTINT, BTS_OFF_OS and BTS_OFF_USR; LBR and the
+/// two freeze bits act on the LBR stack (`crate::lbr`) and the PMU (`crate::pmu`); BTF and
+/// RTM_DEBUG are accepted and read back without effect (no single-step-on-branch).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DebugCtl(pub u64);
 
@@ -18,15 +18,15 @@ impl DebugCtl {
     /// Bits 5:2 and 63:16 are reserved: WRMSR with any of them set raises #GP(0).
     pub const RESERVED: u64 = !0xFFC3;
 
-    reg_flag!(lbr, set_lbr, 0, "IA32_DEBUGCTL[0] LBR: last branch records (kept, not modelled)");
+    reg_flag!(lbr, set_lbr, 0, "IA32_DEBUGCTL[0] LBR: last branch records (crate::lbr)");
     reg_flag!(btf, set_btf, 1, "IA32_DEBUGCTL[1] BTF: single-step on branches (kept, not modelled)");
     reg_flag!(tr, set_tr, 6, "IA32_DEBUGCTL[6] TR: branch trace messages are sent");
     reg_flag!(bts, set_bts, 7, "IA32_DEBUGCTL[7] BTS: with TR, messages are stored in the BTS buffer");
     reg_flag!(btint, set_btint, 8, "IA32_DEBUGCTL[8] BTINT: non-circular buffer, interrupt at the threshold");
     reg_flag!(bts_off_os, set_bts_off_os, 9, "IA32_DEBUGCTL[9] BTS_OFF_OS: no records for branches into CPL 0");
     reg_flag!(bts_off_usr, set_bts_off_usr, 10, "IA32_DEBUGCTL[10] BTS_OFF_USR: no records for branches into CPL > 0");
-    reg_flag!(freeze_lbrs_on_pmi, set_freeze_lbrs_on_pmi, 11, "IA32_DEBUGCTL[11] FREEZE_LBRS_ON_PMI (kept)");
-    reg_flag!(freeze_perfmon_on_pmi, set_freeze_perfmon_on_pmi, 12, "IA32_DEBUGCTL[12] FREEZE_PERFMON_ON_PMI (kept)");
+    reg_flag!(freeze_lbrs_on_pmi, set_freeze_lbrs_on_pmi, 11, "IA32_DEBUGCTL[11] FREEZE_LBRS_ON_PMI");
+    reg_flag!(freeze_perfmon_on_pmi, set_freeze_perfmon_on_pmi, 12, "IA32_DEBUGCTL[12] FREEZE_PERFMON_ON_PMI");
 
     /// Pure write check: the new value, or #GP(0) for reserved bits.
     pub fn check_write(value: u64) -> Result<DebugCtl, Fault> {

@@ -7,12 +7,15 @@
 //! - `store`: the recording unit: which transfers produce a record, CPL filtering, the circular
 //!   buffer (BTINT = 0), the threshold interrupt and the full buffer (BTINT = 1).
 //! - `prediction`: the static model behind the record's "predicted" flag.
+//! - `pebs`: the PEBS buffer fields, the record formats and the threshold / maximum rules (not
+//!   yet driven by the PMU).
 //!
 //! All memory the BTS touches is guest *linear* memory (`LinearMemory`): IA32_DS_AREA and the
 //! buffer fields hold linear addresses.
 
 pub mod debugctl;
 pub mod ds_area;
+pub mod pebs;
 pub mod prediction;
 pub mod store;
 

@@ -9,10 +9,17 @@
 
 use crate::insn_class::BranchKind;
 
+/// The static prediction for a conditional branch at `ip` to `target`: backward taken, forward
+/// not taken. (A taken branch's record is "predicted" when this says taken; the PMU's
+/// BR_MISP_RETIRED counts a conditional branch whose outcome differs from it.)
+pub fn conditional_predicted_taken(ip: u64, target: u64) -> bool {
+    target <= ip
+}
+
 /// Whether the taken transfer `from` -> `to` of class `kind` counts as predicted.
 pub fn predicted(kind: BranchKind, from: u64, to: u64) -> bool {
     match kind {
-        BranchKind::Conditional { .. } => to <= from,
+        BranchKind::Conditional { .. } => conditional_predicted_taken(from, to),
         BranchKind::DirectJump { .. } | BranchKind::DirectCall { .. } | BranchKind::Return => true,
         _ => false,
     }

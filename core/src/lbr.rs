@@ -1,0 +1,219 @@
+//! The model-specific last-branch-record stack of Skylake-class parts (SDM Vol. 3B §18.4.8
+//! "LBR Stack", §18.13.1 (Skylake: 32 entries, MSR_LBR_INFO_x), §18.11.2 "Filtering of Last
+//! Branch Records" (MSR_LBR_SELECT), §18.11.3 "LBR call stack"; LBR format 5 of
+//! IA32_PERF_CAPABILITIES[5:0]: addresses in FROM/TO, flags in LBR_INFO).
+//!
+//! Recording is driven by retirement events (taken branches, far transfers, interrupts and
+//! exceptions) with the branch's class, source CPL and the static predictor's verdict; the
+//! cycle count field of LBR_INFO is not modelled (0).
+
+use crate::insn_class::BranchKind;
+use crate::pt::msr::Fault;
+
+pub const DEPTH: usize = 32;
+pub const MSR_LBR_SELECT: u32 = 0x1C8;
+pub const MSR_LASTBRANCH_TOS: u32 = 0x1C9;
+pub const MSR_LASTBRANCH_0_FROM_IP: u32 = 0x680;
+pub const MSR_LASTBRANCH_0_TO_IP: u32 = 0x6C0;
+pub const MSR_LBR_INFO_0: u32 = 0xDC0;
+
+/// MSR_LBR_SELECT: a set bit suppresses that class (bits 0/1: branches at CPL 0 / CPL > 0);
+/// bit 9 EN_CALLSTACK.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LbrSelect(pub u64);
+
+impl LbrSelect {
+    pub const RESERVED: u64 = !0x3FF;
+    reg_flag!(cpl_eq_0, set_cpl_eq_0, 0, "[0] CPL_EQ_0: do not capture branches in ring 0");
+    reg_flag!(cpl_neq_0, set_cpl_neq_0, 1, "[1] CPL_NEQ_0: do not capture branches in rings > 0");
+    reg_flag!(jcc, set_jcc, 2, "[2] JCC: suppress conditional branches");
+    reg_flag!(near_rel_call, set_near_rel_call, 3, "[3] NEAR_REL_CALL");
+    reg_flag!(near_ind_call, set_near_ind_call, 4, "[4] NEAR_IND_CALL");
+    reg_flag!(near_ret, set_near_ret, 5, "[5] NEAR_RET");
+    reg_flag!(near_ind_jmp, set_near_ind_jmp, 6, "[6] NEAR_IND_JMP");
+    reg_flag!(near_rel_jmp, set_near_rel_jmp, 7, "[7] NEAR_REL_JMP");
+    reg_flag!(far_branch, set_far_branch, 8, "[8] FAR_BRANCH (far transfers, interrupts, exceptions)");
+    reg_flag!(en_callstack, set_en_callstack, 9, "[9] EN_CALLSTACK: returns pop the stack");
+
+    /// Is a transfer of class `kind` (None: an interrupt or exception) at `cpl` captured?
+    pub fn captures(self, kind: Option<BranchKind>, cpl: u8) -> bool {
+        if (cpl == 0 && self.cpl_eq_0()) || (cpl != 0 && self.cpl_neq_0()) {
+            return false;
+        }
+        let suppressed = match kind {
+            Some(BranchKind::Conditional { .. }) => self.jcc(),
+            Some(BranchKind::DirectCall { .. }) => self.near_rel_call(),
+            Some(BranchKind::IndirectCall) => self.near_ind_call(),
+            Some(BranchKind::Return) => self.near_ret(),
+            Some(BranchKind::IndirectJump) => self.near_ind_jmp(),
+            Some(BranchKind::DirectJump { .. }) => self.near_rel_jmp(),
+            Some(BranchKind::Far(_) | BranchKind::SoftwareInterrupt) | None => self.far_branch(),
+            Some(BranchKind::None | BranchKind::AlwaysFaults) => return false,
+        };
+        !suppressed
+    }
+}
+
+/// The LBR stack of one logical processor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LbrStack {
+    from: [u64; DEPTH],
+    to: [u64; DEPTH],
+    info: [u64; DEPTH],
+    tos: usize,
+    select: LbrSelect,
+}
+
+impl Default for LbrStack {
+    fn default() -> Self {
+        LbrStack { from: [0; DEPTH], to: [0; DEPTH], info: [0; DEPTH], tos: 0, select: LbrSelect(0) }
+    }
+}
+
+/// LBR_INFO[63] MISPRED.
+pub const INFO_MISPRED: u64 = 1 << 63;
+
+impl LbrStack {
+    pub fn owns(index: u32) -> bool {
+        let within = |base: u32| (base..base + DEPTH as u32).contains(&index);
+        index == MSR_LBR_SELECT
+            || index == MSR_LASTBRANCH_TOS
+            || within(MSR_LASTBRANCH_0_FROM_IP)
+            || within(MSR_LASTBRANCH_0_TO_IP)
+            || within(MSR_LBR_INFO_0)
+    }
+
+    pub fn read(&self, index: u32) -> Result<u64, Fault> {
+        let slot = |base: u32| index.checked_sub(base).map(|i| i as usize).filter(|&i| i < DEPTH);
+        if let Some(i) = slot(MSR_LASTBRANCH_0_FROM_IP) {
+            return Ok(self.from[i]);
+        }
+        if let Some(i) = slot(MSR_LASTBRANCH_0_TO_IP) {
+            return Ok(self.to[i]);
+        }
+        if let Some(i) = slot(MSR_LBR_INFO_0) {
+            return Ok(self.info[i]);
+        }
+        match index {
+            MSR_LBR_SELECT => Ok(self.select.0),
+            MSR_LASTBRANCH_TOS => Ok(self.tos as u64),
+            _ => Err(Fault::Gp),
+        }
+    }
+
+    /// WRMSR: FROM/TO take canonical addresses (sign-extended from bit 47), INFO its defined
+    /// bits, TOS bits 4:0, LBR_SELECT bits 9:0; anything else #GP(0). (Linux under a hypervisor
+    /// probes TOS and the FROM/TO registers by writing them and reading back.)
+    pub fn write(&mut self, index: u32, value: u64) -> Result<(), Fault> {
+        let slot = |base: u32| index.checked_sub(base).map(|i| i as usize).filter(|&i| i < DEPTH);
+        let canonical = crate::pt::msr::is_canonical_48(value);
+        const INFO_DEFINED: u64 = (7 << 61) | 0xFFFF;
+        let target = if let Some(i) = slot(MSR_LASTBRANCH_0_FROM_IP) {
+            canonical.then_some(&mut self.from[i])
+        } else if let Some(i) = slot(MSR_LASTBRANCH_0_TO_IP) {
+            canonical.then_some(&mut self.to[i])
+        } else if let Some(i) = slot(MSR_LBR_INFO_0) {
+            (value & !INFO_DEFINED == 0).then_some(&mut self.info[i])
+        } else {
+            None
+        };
+        if let Some(t) = target {
+            *t = value;
+            return Ok(());
+        }
+        if slot(MSR_LASTBRANCH_0_FROM_IP).or(slot(MSR_LASTBRANCH_0_TO_IP)).or(slot(MSR_LBR_INFO_0)).is_some() {
+            return Err(Fault::Gp);
+        }
+        match index {
+            MSR_LBR_SELECT if value & LbrSelect::RESERVED == 0 => {
+                self.select = LbrSelect(value);
+                Ok(())
+            }
+            MSR_LASTBRANCH_TOS if value < DEPTH as u64 => {
+                self.tos = value as usize;
+                Ok(())
+            }
+            _ => Err(Fault::Gp),
+        }
+    }
+
+    /// A taken transfer `from` -> `to` of class `kind` (None: interrupt or exception) at source
+    /// privilege `cpl` retired while recording (DEBUGCTL.LBR = 1, not frozen).
+    pub fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool) {
+        if !self.select.captures(kind, cpl) {
+            return;
+        }
+        if self.select.en_callstack() && kind == Some(BranchKind::Return) {
+            // Call-stack mode: a return pops the most recent call instead of being recorded.
+            self.tos = (self.tos + DEPTH - 1) % DEPTH;
+            return;
+        }
+        self.tos = (self.tos + 1) % DEPTH;
+        self.from[self.tos] = from;
+        self.to[self.tos] = to;
+        self.info[self.tos] = if mispredicted { INFO_MISPRED } else { 0 };
+    }
+
+    /// The entries from the youngest to the oldest: (from, to, info).
+    pub fn entries(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        (0..DEPTH).map(move |k| {
+            let i = (self.tos + DEPTH - k) % DEPTH;
+            (self.from[i], self.to[i], self.info[i])
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::insn_class::FarKind;
+
+    const JCC: Option<BranchKind> = Some(BranchKind::Conditional { target: 0 });
+    const CALL: Option<BranchKind> = Some(BranchKind::DirectCall { target: 0 });
+    const RET: Option<BranchKind> = Some(BranchKind::Return);
+
+    #[test]
+    fn stack_holds_the_last_32_branches_youngest_at_tos() {
+        let mut l = LbrStack::default();
+        for i in 0..40u64 {
+            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, i == 39);
+        }
+        let e: Vec<_> = l.entries().collect();
+        assert_eq!(e.len(), 32);
+        assert_eq!(e[0], (0x1000 + 39, 0x2000 + 39, INFO_MISPRED));
+        assert_eq!(e[31], (0x1000 + 8, 0x2000 + 8, 0));
+        assert_eq!(l.read(MSR_LASTBRANCH_TOS), Ok(40 % 32));
+        assert_eq!(l.read(MSR_LASTBRANCH_0_FROM_IP + 8), Ok(0x1000 + 39));
+    }
+
+    #[test]
+    fn lbr_select_filters_by_cpl_and_class() {
+        let mut l = LbrStack::default();
+        // Linux's user-only call stack: CPL_EQ_0 | JCC | NEAR_IND_JMP | NEAR_REL_JMP | FAR | EN_CALLSTACK.
+        l.write(MSR_LBR_SELECT, 0x1 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200).unwrap();
+        l.record(CALL, 0x10, 0x100, 3, false); // recorded
+        l.record(JCC, 0x100, 0x120, 3, false); // suppressed
+        l.record(CALL, 0x130, 0x200, 0, false); // kernel: suppressed
+        l.record(Some(BranchKind::Far(FarKind::Syscall)), 0x140, 0xFFFF_8000_0000_0000, 3, false);
+        l.record(CALL, 0x150, 0x300, 3, false); // recorded
+        assert_eq!(l.entries().next(), Some((0x150, 0x300, 0)));
+        l.record(RET, 0x300, 0x155, 3, false); // pops
+        assert_eq!(l.entries().next(), Some((0x10, 0x100, 0)));
+        assert_eq!(l.write(MSR_LBR_SELECT, 1 << 10), Err(Fault::Gp));
+    }
+
+    #[test]
+    fn msr_rules_and_linux_probe_read_back() {
+        let mut l = LbrStack::default();
+        // check_msr: write val ^ mask, read back.
+        l.write(MSR_LASTBRANCH_TOS, 3).unwrap();
+        assert_eq!(l.read(MSR_LASTBRANCH_TOS), Ok(3));
+        assert_eq!(l.write(MSR_LASTBRANCH_TOS, 32), Err(Fault::Gp));
+        l.write(MSR_LASTBRANCH_0_FROM_IP + 31, 0xFFFF_FFFF_8100_0000).unwrap();
+        assert_eq!(l.read(MSR_LASTBRANCH_0_FROM_IP + 31), Ok(0xFFFF_FFFF_8100_0000));
+        assert_eq!(l.write(MSR_LASTBRANCH_0_TO_IP, 0x0000_8000_0000_0000), Err(Fault::Gp));
+        assert_eq!(l.write(MSR_LBR_INFO_0, 1 << 40), Err(Fault::Gp));
+        assert!(LbrStack::owns(MSR_LBR_INFO_0 + 31) && !LbrStack::owns(MSR_LBR_INFO_0 + 32));
+        assert_eq!(l.read(MSR_LASTBRANCH_0_FROM_IP + 32), Err(Fault::Gp));
+    }
+}

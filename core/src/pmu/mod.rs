@@ -1,0 +1,486 @@
+//! The counting performance-monitoring unit (SDM Vol. 3B §20.2 "Architectural Performance
+//! Monitoring", versions 2 to 4; §20.2.6 full-width writes; §20.2.4 version 4's
+//! GLOBAL_STATUS_RESET/SET/INUSE and streamlined freeze).
+//!
+//! - `evtsel`: IA32_PERFEVTSELx and IA32_FIXED_CTR_CTRL as typed registers.
+//! - `events`: the modelled events and what each retired instruction contributes.
+//! - [`Pmu`]: the counters and control MSRs of one logical processor, their #GP rules (pure
+//!   checks), RDPMC, and counting: `retire(n, what, cpl)` adds `n` retired instructions of one
+//!   kind in bulk (the instructions of a translation block before its last are plain), `cycles`
+//!   adds clock cycles. Overflow sets the counter's IA32_PERF_GLOBAL_STATUS bit and, with INT /
+//!   PMI, asks the caller to raise the PMI through LVTPC; freeze on PMI (IA32_DEBUGCTL[12]) clears
+//!   IA32_PERF_GLOBAL_CTRL (versions 2-3) or sets GLOBAL_STATUS.CTR_Frz (version 4).
+//!
+//! Counting costs nothing while no counter is enabled: `active()` is false and the caller need
+//! not report retirements at all.
+
+pub mod events;
+pub mod evtsel;
+
+pub use events::{Event, Retired};
+pub use evtsel::{FixedCtrCtrl, PerfEvtSel};
+
+use crate::pt::msr::Fault;
+
+/// Most general-purpose / fixed counters the MSR ranges below hold.
+pub const MAX_GP: usize = 8;
+pub const MAX_FIXED: usize = 4;
+
+pub const IA32_PMC0: u32 = 0xC1;
+pub const IA32_PERFEVTSEL0: u32 = 0x186;
+pub const IA32_FIXED_CTR0: u32 = 0x309;
+pub const IA32_PERF_CAPABILITIES: u32 = 0x345;
+pub const IA32_FIXED_CTR_CTRL: u32 = 0x38D;
+pub const IA32_PERF_GLOBAL_STATUS: u32 = 0x38E;
+pub const IA32_PERF_GLOBAL_CTRL: u32 = 0x38F;
+/// IA32_PERF_GLOBAL_STATUS_RESET in version 4, IA32_PERF_GLOBAL_OVF_CTRL before.
+pub const IA32_PERF_GLOBAL_STATUS_RESET: u32 = 0x390;
+pub const IA32_PERF_GLOBAL_STATUS_SET: u32 = 0x391;
+pub const IA32_PERF_GLOBAL_INUSE: u32 = 0x392;
+/// Full-width aliases of IA32_PMCx (with PERF_CAPABILITIES[13]).
+pub const IA32_A_PMC0: u32 = 0x4C1;
+
+/// IA32_PERF_GLOBAL_STATUS bits besides the counters' overflow bits.
+pub const STATUS_TRACE_TOPA_PMI: u64 = 1 << 55;
+pub const STATUS_LBR_FRZ: u64 = 1 << 58;
+pub const STATUS_CTR_FRZ: u64 = 1 << 59;
+pub const STATUS_ASCI: u64 = 1 << 60;
+pub const STATUS_OVF_UNCORE: u64 = 1 << 61;
+pub const STATUS_OVF_BUFFER: u64 = 1 << 62;
+pub const STATUS_COND_CHGD: u64 = 1 << 63;
+
+/// IA32_PERF_CAPABILITIES[13] FW_WRITE: full-width writes through IA32_A_PMCx.
+pub const PERF_CAP_FW_WRITE: u64 = 1 << 13;
+
+/// What a part's PMU looks like (CPUID leaf 0AH, PERF_CAPABILITIES).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PmuCaps {
+    pub version: u8,
+    pub num_gp: u8,
+    pub num_fixed: u8,
+    /// Counter width in bits (GP and fixed).
+    pub width: u8,
+    /// CPUID.1:ECX[15] PDCM and IA32_PERF_CAPABILITIES exist; FW_WRITE set.
+    pub full_width_writes: bool,
+    /// The part has Intel PT's ToPA PMI (GLOBAL_STATUS[55]).
+    pub topa_pmi: bool,
+    /// IA32_PERF_CAPABILITIES[5:0] LBR format (5: FROM/TO addresses, LBR_INFO; `crate::lbr`).
+    pub lbr_format: u8,
+}
+
+impl PmuCaps {
+    /// Skylake client 06_5EH: perfmon version 4, 4 GP counters per thread, 3 fixed counters,
+    /// 48 bits, full-width writes.
+    pub const SKYLAKE: PmuCaps =
+        PmuCaps { version: 4, num_gp: 4, num_fixed: 3, width: 48, full_width_writes: true, topa_pmi: true, lbr_format: 5 };
+    /// Silvermont 06_4DH: version 3, 2 GP counters, 3 fixed, 40 bits.
+    pub const SILVERMONT: PmuCaps =
+        PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, full_width_writes: false, topa_pmi: false, lbr_format: 0 };
+
+    fn mask(&self) -> u64 {
+        (1u64 << self.width) - 1
+    }
+
+    fn counter_bits(&self) -> u64 {
+        ((1u64 << self.num_gp) - 1) | (((1u64 << self.num_fixed) - 1) << 32)
+    }
+
+    /// CPUID.0AH {EAX, EBX, ECX, EDX} (SDM Vol. 2A Table 3-8): EAX version, GP counters, width,
+    /// EBX length 7; EBX bit set = event unavailable: LLC references (3) and LLC misses (4) are
+    /// not modelled; EDX fixed counters and their width.
+    pub fn cpuid_0a(&self) -> [u32; 4] {
+        let eax = u32::from(self.version) | (u32::from(self.num_gp) << 8) | (u32::from(self.width) << 16) | (7 << 24);
+        let ebx = (1 << 3) | (1 << 4);
+        let edx = u32::from(self.num_fixed) | (u32::from(self.width) << 5);
+        [eax, ebx, 0, edx]
+    }
+
+    /// IA32_PERF_CAPABILITIES: FW_WRITE and the LBR format (the PEBS format and bits stay 0:
+    /// no PEBS is modelled).
+    pub fn perf_capabilities(&self) -> Option<u64> {
+        self.full_width_writes.then_some(PERF_CAP_FW_WRITE | u64::from(self.lbr_format))
+    }
+
+    /// Bits of IA32_PERF_GLOBAL_STATUS_RESET (OVF_CTRL) software may write.
+    fn reset_bits(&self) -> u64 {
+        let mut b = self.counter_bits() | STATUS_OVF_BUFFER | STATUS_COND_CHGD;
+        if self.topa_pmi {
+            b |= STATUS_TRACE_TOPA_PMI;
+        }
+        if self.version >= 4 {
+            b |= STATUS_LBR_FRZ | STATUS_CTR_FRZ | STATUS_ASCI | STATUS_OVF_UNCORE;
+        }
+        b
+    }
+
+    /// Bits of IA32_PERF_GLOBAL_STATUS_SET (version 4).
+    fn set_bits(&self) -> u64 {
+        self.reset_bits() & !STATUS_COND_CHGD
+    }
+}
+
+/// How an enabled counter counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Active {
+    /// Position of the counter in the global registers (GP i: i, fixed i: 32 + i).
+    bit: u8,
+    event: Event,
+    os: bool,
+    usr: bool,
+    int: bool,
+}
+
+/// The PMU of one logical processor.
+#[derive(Clone, Debug)]
+pub struct Pmu {
+    caps: PmuCaps,
+    gp: [u64; MAX_GP],
+    evtsel: [PerfEvtSel; MAX_GP],
+    fixed: [u64; MAX_FIXED],
+    fixed_ctrl: FixedCtrCtrl,
+    global_ctrl: u64,
+    global_status: u64,
+    freeze_perfmon_on_pmi: bool,
+    freeze_lbrs_on_pmi: bool,
+    active: Vec<Active>,
+    counts_cycles: bool,
+    /// A counter with INT overflowed since the last `take_pmi`.
+    pmi_pending: bool,
+}
+
+impl Pmu {
+    pub fn new(caps: PmuCaps) -> Self {
+        Pmu {
+            caps,
+            gp: [0; MAX_GP],
+            evtsel: [PerfEvtSel(0); MAX_GP],
+            fixed: [0; MAX_FIXED],
+            fixed_ctrl: FixedCtrCtrl(0),
+            // Power-up value (SDM Vol. 4 Table 2-2): the counters are enabled in
+            // IA32_PERF_GLOBAL_CTRL, so software only needs the event selects (version 1 style).
+            global_ctrl: caps.counter_bits(),
+            global_status: 0,
+            freeze_perfmon_on_pmi: false,
+            freeze_lbrs_on_pmi: false,
+            active: Vec::new(),
+            counts_cycles: false,
+            pmi_pending: false,
+        }
+    }
+
+    pub fn caps(&self) -> PmuCaps {
+        self.caps
+    }
+
+    /// Some counter is counting: retirements must be reported.
+    pub fn active(&self) -> bool {
+        !self.active.is_empty()
+    }
+
+    /// Some enabled counter counts cycles: the clock must be reported.
+    pub fn counts_cycles(&self) -> bool {
+        self.counts_cycles
+    }
+
+    /// The MSR ranges of the architectural PMU (whether or not this part has every index in
+    /// them: one it lacks #GPs).
+    pub fn owns(index: u32) -> bool {
+        let within = |base: u32, n: usize| (base..base + n as u32).contains(&index);
+        within(IA32_PMC0, MAX_GP)
+            || within(IA32_A_PMC0, MAX_GP)
+            || within(IA32_PERFEVTSEL0, MAX_GP)
+            || within(IA32_FIXED_CTR0, MAX_FIXED)
+            || index == IA32_PERF_CAPABILITIES
+            || (IA32_FIXED_CTR_CTRL..=IA32_PERF_GLOBAL_INUSE).contains(&index)
+    }
+
+    fn gp_index(&self, index: u32, base: u32) -> Option<usize> {
+        let i = index.checked_sub(base)? as usize;
+        (i < usize::from(self.caps.num_gp)).then_some(i)
+    }
+
+    fn fixed_index(&self, index: u32) -> Option<usize> {
+        let i = index.checked_sub(IA32_FIXED_CTR0)? as usize;
+        (i < usize::from(self.caps.num_fixed)).then_some(i)
+    }
+
+    fn is_a_pmc(&self, index: u32) -> bool {
+        self.caps.full_width_writes && (IA32_A_PMC0..IA32_A_PMC0 + MAX_GP as u32).contains(&index)
+    }
+
+    /// IA32_PERF_GLOBAL_INUSE (version 4): which counters are programmed (event select or
+    /// fixed EN non-zero), bit 63 PMI in use.
+    fn inuse(&self) -> u64 {
+        let mut v = 0;
+        for i in 0..usize::from(self.caps.num_gp) {
+            if self.evtsel[i].0 & 0xFFFF != 0 {
+                v |= 1 << i;
+            }
+            if self.evtsel[i].int() {
+                v |= 1 << 63;
+            }
+        }
+        for i in 0..usize::from(self.caps.num_fixed) {
+            if self.fixed_ctrl.en(i) != 0 {
+                v |= 1 << (32 + i);
+            }
+            if self.fixed_ctrl.pmi(i) {
+                v |= 1 << 63;
+            }
+        }
+        v
+    }
+
+    /// RDMSR: the value, or #GP(0) for an index this part does not have.
+    pub fn read(&self, index: u32) -> Result<u64, Fault> {
+        if let Some(i) = self.gp_index(index, IA32_PMC0) {
+            return Ok(self.gp[i]);
+        }
+        if self.is_a_pmc(index) {
+            return self.gp_index(index, IA32_A_PMC0).map(|i| self.gp[i]).ok_or(Fault::Gp);
+        }
+        if let Some(i) = self.gp_index(index, IA32_PERFEVTSEL0) {
+            return Ok(self.evtsel[i].0);
+        }
+        if let Some(i) = self.fixed_index(index) {
+            return Ok(self.fixed[i]);
+        }
+        match index {
+            IA32_PERF_CAPABILITIES => self.caps.perf_capabilities().ok_or(Fault::Gp),
+            IA32_FIXED_CTR_CTRL => Ok(self.fixed_ctrl.0),
+            IA32_PERF_GLOBAL_STATUS => Ok(self.global_status),
+            IA32_PERF_GLOBAL_CTRL => Ok(self.global_ctrl),
+            // A command register: reads 0.
+            IA32_PERF_GLOBAL_STATUS_RESET => Ok(0),
+            IA32_PERF_GLOBAL_STATUS_SET if self.caps.version >= 4 => Ok(0),
+            IA32_PERF_GLOBAL_INUSE if self.caps.version >= 4 => Ok(self.inuse()),
+            _ => Err(Fault::Gp),
+        }
+    }
+
+    /// Would WRMSR `index` <- `value` #GP? Pure.
+    pub fn check_write(&self, index: u32, value: u64) -> Result<(), Fault> {
+        let mask = self.caps.mask();
+        let ok = |reserved: u64| if value & reserved == 0 { Ok(()) } else { Err(Fault::Gp) };
+        if self.gp_index(index, IA32_PMC0).is_some() {
+            return Ok(()); // bits 31:0 sign-extended, EDX ignored (§20.2.6)
+        }
+        if self.is_a_pmc(index) {
+            self.gp_index(index, IA32_A_PMC0).ok_or(Fault::Gp)?;
+            return ok(!mask);
+        }
+        if self.gp_index(index, IA32_PERFEVTSEL0).is_some() {
+            return ok(PerfEvtSel::reserved(self.caps.version));
+        }
+        if self.fixed_index(index).is_some() {
+            return ok(!mask);
+        }
+        match index {
+            IA32_FIXED_CTR_CTRL => ok(FixedCtrCtrl::reserved(self.caps.version, usize::from(self.caps.num_fixed))),
+            IA32_PERF_GLOBAL_CTRL => ok(!self.caps.counter_bits()),
+            IA32_PERF_GLOBAL_STATUS_RESET => ok(!self.caps.reset_bits()),
+            IA32_PERF_GLOBAL_STATUS_SET if self.caps.version >= 4 => ok(!self.caps.set_bits()),
+            // GLOBAL_STATUS, INUSE and PERF_CAPABILITIES are read-only.
+            _ => Err(Fault::Gp),
+        }
+    }
+
+    /// WRMSR: [`Pmu::check_write`], then apply. On `Err` nothing changed.
+    pub fn write(&mut self, index: u32, value: u64) -> Result<(), Fault> {
+        self.check_write(index, value)?;
+        let mask = self.caps.mask();
+        if let Some(i) = self.gp_index(index, IA32_PMC0) {
+            self.gp[i] = (value as u32 as i32 as i64 as u64) & mask;
+        } else if let Some(i) = self.gp_index(index, IA32_A_PMC0).filter(|_| self.is_a_pmc(index)) {
+            self.gp[i] = value;
+        } else if let Some(i) = self.gp_index(index, IA32_PERFEVTSEL0) {
+            self.evtsel[i] = PerfEvtSel(value);
+        } else if let Some(i) = self.fixed_index(index) {
+            self.fixed[i] = value;
+        } else {
+            match index {
+                IA32_FIXED_CTR_CTRL => self.fixed_ctrl = FixedCtrCtrl(value),
+                IA32_PERF_GLOBAL_CTRL => self.global_ctrl = value,
+                IA32_PERF_GLOBAL_STATUS_RESET => self.global_status &= !value,
+                IA32_PERF_GLOBAL_STATUS_SET => self.global_status |= value,
+                _ => {}
+            }
+        }
+        self.refresh();
+        Ok(())
+    }
+
+    /// RDPMC with ECX = `ecx` (SDM Vol. 2B RDPMC): ECX[30] selects the fixed counters, ECX[31]
+    /// a fast read of the low 32 bits (as KVM and P6-era parts); #GP(0) for a counter that does
+    /// not exist or when CR4.PCE = 0 at CPL > 0 in protected mode.
+    pub fn rdpmc(&self, ecx: u32, cpl: u8, cr4_pce: bool, protected: bool) -> Result<u64, Fault> {
+        if protected && cpl > 0 && !cr4_pce {
+            return Err(Fault::Gp);
+        }
+        let index = (ecx & 0x3FFF_FFFF) as usize;
+        let value = if ecx & (1 << 30) != 0 {
+            (index < usize::from(self.caps.num_fixed)).then(|| self.fixed[index])
+        } else {
+            (index < usize::from(self.caps.num_gp)).then(|| self.gp[index])
+        }
+        .ok_or(Fault::Gp)?;
+        Ok(if ecx & (1 << 31) != 0 { value & 0xFFFF_FFFF } else { value })
+    }
+
+    /// IA32_DEBUGCTL changed: [11] FREEZE_LBRS_ON_PMI, [12] FREEZE_PERFMON_ON_PMI.
+    pub fn set_debugctl(&mut self, debugctl: u64) {
+        self.freeze_lbrs_on_pmi = debugctl & (1 << 11) != 0;
+        self.freeze_perfmon_on_pmi = debugctl & (1 << 12) != 0;
+    }
+
+    /// A ToPA region with INT filled (Intel PT): GLOBAL_STATUS[55].
+    pub fn set_topa_pmi(&mut self) {
+        self.global_status |= STATUS_TRACE_TOPA_PMI;
+    }
+
+    pub fn global_status(&self) -> u64 {
+        self.global_status
+    }
+
+    /// Recompute which counters count (after any control write, overflow freeze or unfreeze).
+    fn refresh(&mut self) {
+        self.active.clear();
+        self.counts_cycles = false;
+        if self.caps.version >= 4 && self.global_status & STATUS_CTR_FRZ != 0 {
+            return;
+        }
+        for i in 0..usize::from(self.caps.num_gp) {
+            let sel = self.evtsel[i];
+            if self.global_ctrl & (1 << i) == 0 || !sel.en() {
+                continue;
+            }
+            let Some(event) = Self::gp_event(sel) else { continue };
+            self.active.push(Active { bit: i as u8, event, os: sel.os(), usr: sel.usr(), int: sel.int() });
+        }
+        for i in 0..usize::from(self.caps.num_fixed) {
+            if self.global_ctrl & (1 << (32 + i)) == 0 || self.fixed_ctrl.en(i) == 0 {
+                continue;
+            }
+            let Some(event) = Event::fixed(i) else { continue };
+            let en = self.fixed_ctrl.en(i);
+            self.active.push(Active { bit: 32 + i as u8, event, os: en & 1 != 0, usr: en & 2 != 0, int: self.fixed_ctrl.pmi(i) });
+        }
+        self.counts_cycles = self.active.iter().any(|a| matches!(a.event, Event::CoreCycles | Event::RefCycles));
+    }
+
+    /// The event a GP counter counts. CMASK/INV (§20.2.1.1): in the model at most one event of
+    /// each kind happens per cycle, so CMASK = 1 counts the event itself and INV with CMASK >= 2
+    /// ("fewer than CMASK this cycle") every core cycle (Linux's Skylake `cycles:pp` alias
+    /// INST_RETIRED.ANY_P, INV = 1, CMASK = 16). Edge detection and the other combinations are
+    /// not modelled: such a counter does not count.
+    fn gp_event(sel: PerfEvtSel) -> Option<Event> {
+        let event = Event::decode(sel.event(), sel.umask())?;
+        match (sel.edge(), sel.inv(), sel.cmask()) {
+            (false, _, 0) | (false, false, 1) => Some(event),
+            (false, true, c) if c >= 2 => Some(Event::CoreCycles),
+            _ => None,
+        }
+    }
+
+    fn counter(&mut self, bit: u8) -> &mut u64 {
+        if bit >= 32 {
+            &mut self.fixed[usize::from(bit - 32)]
+        } else {
+            &mut self.gp[usize::from(bit)]
+        }
+    }
+
+    /// Add `n` events to counter `bit`; true if it overflowed with its interrupt enabled.
+    fn add(&mut self, a: Active, n: u64) -> bool {
+        let mask = self.caps.mask();
+        let c = self.counter(a.bit);
+        let sum = *c + n;
+        *c = sum & mask;
+        if sum > mask {
+            self.global_status |= 1 << a.bit;
+            a.int
+        } else {
+            false
+        }
+    }
+
+    /// Is a PMI due (a counter with INT / PMI overflowed since the last call)? The caller raises
+    /// it; this is the moment of the PMI request, when freeze on PMI acts (§20.2.4.1 legacy: the
+    /// PMI clears IA32_PERF_GLOBAL_CTRL; version 4 streamlined freeze: GLOBAL_STATUS.CTR_Frz /
+    /// LBR_Frz, unfrozen by writing them to STATUS_RESET). The caller asks after each batch of
+    /// retirements it reports together (a translation block), so a block's instructions after
+    /// the overflowing one still count, as hardware's PMI skid would.
+    pub fn take_pmi(&mut self) -> bool {
+        if !std::mem::take(&mut self.pmi_pending) {
+            return false;
+        }
+        if self.caps.version >= 4 {
+            if self.freeze_perfmon_on_pmi {
+                self.global_status |= STATUS_CTR_FRZ;
+            }
+            if self.freeze_lbrs_on_pmi {
+                self.global_status |= STATUS_LBR_FRZ;
+            }
+        } else if self.freeze_perfmon_on_pmi {
+            self.global_ctrl = 0;
+        }
+        self.refresh();
+        true
+    }
+
+    /// `n` instructions that each contribute `what` retired at `cpl`. Returns true when a
+    /// counter with INT / PMI overflowed (then `take_pmi`).
+    pub fn retire(&mut self, n: u64, what: Retired, cpl: u8) -> bool {
+        if n == 0 || self.active.is_empty() {
+            return false;
+        }
+        let mut pmi = false;
+        for k in 0..self.active.len() {
+            let a = self.active[k];
+            let counts = if cpl == 0 { a.os } else { a.usr };
+            if let Event::Retirement(req) = a.event {
+                if counts && what.has(req) {
+                    pmi |= self.add(a, n);
+                }
+            }
+        }
+        self.pmi_pending |= pmi;
+        pmi
+    }
+
+    /// `delta` clock cycles passed at `cpl` (core and reference cycles).
+    pub fn cycles(&mut self, delta: u64, cpl: u8) -> bool {
+        if delta == 0 || !self.counts_cycles {
+            return false;
+        }
+        let mut pmi = false;
+        for k in 0..self.active.len() {
+            let a = self.active[k];
+            let counts = if cpl == 0 { a.os } else { a.usr };
+            if counts && matches!(a.event, Event::CoreCycles | Event::RefCycles) {
+                pmi |= self.add(a, delta);
+            }
+        }
+        self.pmi_pending |= pmi;
+        pmi
+    }
+
+    /// Would `plain` plain instructions followed by one contributing `last` (if any), all at
+    /// `cpl`, overflow a counter whose interrupt is enabled? (Lets the caller raise the PMI
+    /// before a block runs, so that it is taken right after the block.)
+    pub fn pmi_within(&self, plain: u64, last: Option<Retired>, cpl: u8) -> bool {
+        let mask = self.caps.mask();
+        self.active.iter().any(|a| {
+            let Event::Retirement(req) = a.event else { return false };
+            if !a.int || !(if cpl == 0 { a.os } else { a.usr }) {
+                return false;
+            }
+            let n = if req == 0 { plain } else { 0 } + u64::from(last.is_some_and(|l| l.has(req)));
+            let value = if a.bit >= 32 { self.fixed[usize::from(a.bit - 32)] } else { self.gp[usize::from(a.bit)] };
+            n > 0 && n > mask - value
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

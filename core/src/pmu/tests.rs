@@ -1,0 +1,220 @@
+//! Scenario tests of the counting PMU (SDM Vol. 3B §20.2).
+use super::*;
+use crate::insn_class::{BranchKind, FarKind};
+
+const EN: u64 = 1 << 22;
+const INT: u64 = 1 << 20;
+const USR: u64 = 1 << 16;
+const OS: u64 = 1 << 17;
+
+fn skl() -> Pmu {
+    Pmu::new(PmuCaps::SKYLAKE)
+}
+
+#[test]
+fn cpuid_0a_of_the_skylake_profile() {
+    // Version 4, 4 x 48-bit GP counters, EBX length 7 with LLC references/misses unavailable,
+    // 3 x 48-bit fixed counters.
+    assert_eq!(PmuCaps::SKYLAKE.cpuid_0a(), [0x0730_0404, 0x18, 0, 0x603]);
+    assert_eq!(PmuCaps::SILVERMONT.cpuid_0a(), [0x0728_0203, 0x18, 0, 0x503]);
+}
+
+#[test]
+fn linux_check_hw_exists_counter_round_trip() {
+    // events/core.c: read the last counter, flip its low 16 bits, write, read back.
+    let mut p = skl();
+    let reg = IA32_PMC0 + 3;
+    let v = p.read(reg).unwrap() ^ 0xFFFF;
+    p.write(reg, v).unwrap();
+    assert_eq!(p.read(reg), Ok(v));
+}
+
+#[test]
+fn msr_gp_and_read_back_rules() {
+    let mut p = skl();
+    // Counters and selects the part does not have.
+    assert_eq!(p.read(IA32_PMC0 + 4), Err(Fault::Gp));
+    assert_eq!(p.write(IA32_PERFEVTSEL0 + 4, 0), Err(Fault::Gp));
+    assert_eq!(p.read(IA32_FIXED_CTR0 + 3), Err(Fault::Gp));
+    assert!(Pmu::owns(IA32_PMC0 + 7) && !Pmu::owns(IA32_PMC0 + 8));
+    // Reserved bits.
+    assert_eq!(p.write(IA32_PERF_GLOBAL_CTRL, 1 << 40), Err(Fault::Gp));
+    assert_eq!(p.write(IA32_PERF_GLOBAL_CTRL, 0x7_0000_000F), Ok(()));
+    assert_eq!(p.write(IA32_PERFEVTSEL0, 1 << 32), Err(Fault::Gp));
+    assert_eq!(p.write(IA32_PERFEVTSEL0, 1 << 21), Ok(()), "AnyThread exists in version 3+");
+    assert_eq!(p.write(IA32_FIXED_CTR_CTRL, 0x1000), Err(Fault::Gp));
+    assert_eq!(p.write(IA32_FIXED_CTR_CTRL, 0xFFF), Ok(()));
+    assert_eq!(p.read(IA32_FIXED_CTR_CTRL), Ok(0xFFF));
+    // Read-only registers.
+    assert_eq!(p.write(IA32_PERF_GLOBAL_STATUS, 0), Err(Fault::Gp));
+    assert_eq!(p.write(IA32_PERF_GLOBAL_INUSE, 0), Err(Fault::Gp));
+    assert_eq!(p.write(IA32_PERF_CAPABILITIES, 0), Err(Fault::Gp));
+    assert_eq!(p.read(IA32_PERF_CAPABILITIES), Ok(PERF_CAP_FW_WRITE | 5));
+    // Legacy 32-bit writes sign-extend; full-width writes through IA32_A_PMCx.
+    p.write(IA32_PMC0, 0xFFFF_FFFF_8000_0000).unwrap();
+    assert_eq!(p.read(IA32_PMC0), Ok(0xFFFF_8000_0000));
+    p.write(IA32_PMC0, 0x7FFF_FFFF).unwrap();
+    assert_eq!(p.read(IA32_PMC0), Ok(0x7FFF_FFFF));
+    p.write(IA32_A_PMC0 + 1, 0x1234_8000_0000).unwrap();
+    assert_eq!(p.read(IA32_PMC0 + 1), Ok(0x1234_8000_0000));
+    assert_eq!(p.read(IA32_A_PMC0 + 1), Ok(0x1234_8000_0000));
+    assert_eq!(p.write(IA32_A_PMC0, 1 << 48), Err(Fault::Gp));
+    assert_eq!(p.write(IA32_FIXED_CTR0, 1 << 48), Err(Fault::Gp));
+    // Without FW_WRITE there are no IA32_A_PMCx and no PERF_CAPABILITIES.
+    let slm = Pmu::new(PmuCaps::SILVERMONT);
+    assert_eq!(slm.read(IA32_A_PMC0), Err(Fault::Gp));
+    assert_eq!(slm.read(IA32_PERF_CAPABILITIES), Err(Fault::Gp));
+    assert_eq!(slm.read(IA32_PERF_GLOBAL_INUSE), Err(Fault::Gp), "INUSE is version 4");
+    assert_eq!(slm.check_write(IA32_PERF_GLOBAL_STATUS_RESET, STATUS_CTR_FRZ), Err(Fault::Gp));
+    assert_eq!(slm.check_write(IA32_PMC0 + 1, 0), Ok(()));
+    assert_eq!(slm.check_write(IA32_PMC0 + 2, 0), Err(Fault::Gp));
+}
+
+#[test]
+fn global_status_reset_set_and_inuse() {
+    let mut p = skl();
+    p.write(IA32_PERF_GLOBAL_STATUS_SET, 0b101 | (1 << 33) | STATUS_OVF_BUFFER).unwrap();
+    assert_eq!(p.read(IA32_PERF_GLOBAL_STATUS), Ok(0b101 | (1 << 33) | STATUS_OVF_BUFFER));
+    p.write(IA32_PERF_GLOBAL_STATUS_RESET, 0b1 | STATUS_OVF_BUFFER).unwrap();
+    assert_eq!(p.read(IA32_PERF_GLOBAL_STATUS), Ok(0b100 | (1 << 33)));
+    assert_eq!(p.write(IA32_PERF_GLOBAL_STATUS_RESET, 1 << 4), Err(Fault::Gp), "no PMC4");
+    assert_eq!(p.write(IA32_PERF_GLOBAL_STATUS_SET, STATUS_COND_CHGD), Err(Fault::Gp));
+    p.write(IA32_PERFEVTSEL0 + 2, 0xC0 | USR).unwrap();
+    p.write(IA32_FIXED_CTR_CTRL, 0xA00).unwrap();
+    assert_eq!(p.read(IA32_PERF_GLOBAL_INUSE), Ok((1 << 2) | (1 << 34) | (1 << 63)));
+}
+
+#[test]
+fn nothing_counts_until_a_counter_is_enabled_globally_and_locally() {
+    let mut p = skl();
+    assert!(!p.active());
+    p.write(IA32_PERF_GLOBAL_CTRL, 0).unwrap();
+    p.write(IA32_PERFEVTSEL0, 0xC0 | USR | OS | EN).unwrap();
+    assert!(!p.active());
+    p.retire(100, Retired::PLAIN, 3);
+    assert_eq!(p.read(IA32_PMC0), Ok(0));
+    p.write(IA32_PERF_GLOBAL_CTRL, 1).unwrap();
+    assert!(p.active());
+    p.retire(100, Retired::PLAIN, 3);
+    assert_eq!(p.read(IA32_PMC0), Ok(100));
+}
+
+#[test]
+fn usr_os_filters_by_cpl() {
+    let mut p = skl();
+    p.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN).unwrap();
+    p.write(IA32_PERFEVTSEL0 + 1, 0xC0 | OS | EN).unwrap();
+    p.write(IA32_FIXED_CTR_CTRL, 0x3).unwrap(); // fixed 0, OS and USR
+    p.retire(10, Retired::PLAIN, 3);
+    p.retire(7, Retired::PLAIN, 0);
+    assert_eq!((p.read(IA32_PMC0), p.read(IA32_PMC0 + 1), p.read(IA32_FIXED_CTR0)), (Ok(10), Ok(7), Ok(17)));
+}
+
+#[test]
+fn branch_events_count_their_umask() {
+    let mut p = skl();
+    let sel = |umask: u64, ev: u64| ev | (umask << 8) | USR | OS | EN;
+    p.write(IA32_PERFEVTSEL0, sel(0x00, 0xC4)).unwrap(); // all branches
+    p.write(IA32_PERFEVTSEL0 + 1, sel(0x01, 0xC4)).unwrap(); // conditional
+    p.write(IA32_PERFEVTSEL0 + 2, sel(0x20, 0xC4)).unwrap(); // near taken
+    p.write(IA32_PERFEVTSEL0 + 3, sel(0x00, 0xC5)).unwrap(); // mispredicted
+    // A loop `L: ...; dec; jnz L` run 10 times: 9 taken (predicted) + 1 not taken (mispredicted),
+    // then a CALL, a RET and a SYSCALL.
+    let jcc = BranchKind::Conditional { target: 0x100 };
+    p.retire(9, Retired::of(jcc, 0x110, 0x112, 0x100), 3);
+    p.retire(1, Retired::of(jcc, 0x110, 0x112, 0x112), 3);
+    p.retire(1, Retired::of(BranchKind::DirectCall { target: 0x500 }, 0x112, 0x117, 0x500), 3);
+    p.retire(1, Retired::of(BranchKind::Return, 0x500, 0x501, 0x117), 3);
+    p.retire(1, Retired::of(BranchKind::Far(FarKind::Syscall), 0x117, 0x119, 0xFFFF_8000_0000_1000), 3);
+    assert_eq!(p.read(IA32_PMC0), Ok(13));
+    assert_eq!(p.read(IA32_PMC0 + 1), Ok(10));
+    assert_eq!(p.read(IA32_PMC0 + 2), Ok(11));
+    assert_eq!(p.read(IA32_PMC0 + 3), Ok(2), "the loop exit and the far branch");
+}
+
+#[test]
+fn unmodelled_encodings_and_edge_do_not_count() {
+    let mut p = skl();
+    p.write(IA32_PERFEVTSEL0, 0x4F2E | USR | OS | EN).unwrap(); // LLC references
+    p.write(IA32_PERFEVTSEL0 + 1, 0xC0 | USR | EN | (1 << 18) | (1 << 24)).unwrap(); // edge
+    p.retire(5, Retired::PLAIN, 3);
+    assert_eq!((p.read(IA32_PMC0), p.read(IA32_PMC0 + 1)), (Ok(0), Ok(0)));
+}
+
+#[test]
+fn cycles_pp_alias_counts_core_cycles() {
+    let mut p = skl();
+    p.write(IA32_PERFEVTSEL0, 0x1080_00C0 | USR | EN).unwrap(); // INV, CMASK = 16
+    p.write(IA32_FIXED_CTR_CTRL, 0x220).unwrap(); // fixed 1 and 2, USR
+    assert!(p.counts_cycles());
+    p.retire(5, Retired::PLAIN, 3);
+    p.cycles(1000, 3);
+    p.cycles(50, 0);
+    assert_eq!((p.read(IA32_PMC0), p.read(IA32_FIXED_CTR0 + 1), p.read(IA32_FIXED_CTR0 + 2)), (Ok(1000), Ok(1000), Ok(1000)));
+}
+
+#[test]
+fn overflow_sets_global_status_and_int_asks_for_a_pmi() {
+    let mut p = skl();
+    p.write(IA32_A_PMC0, (1 << 48) - 5).unwrap();
+    p.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN | INT).unwrap();
+    p.write(IA32_A_PMC0 + 1, (1 << 48) - 5).unwrap();
+    p.write(IA32_PERFEVTSEL0 + 1, 0xC0 | USR | EN).unwrap();
+    assert!(!p.pmi_within(3, None, 3));
+    assert!(p.pmi_within(4, Some(Retired::PLAIN), 3));
+    assert!(!p.pmi_within(4, Some(Retired::PLAIN), 0), "OS instructions are not counted");
+    assert!(!p.retire(4, Retired::PLAIN, 3));
+    assert_eq!(p.global_status(), 0);
+    assert!(p.retire(3, Retired::PLAIN, 3));
+    assert_eq!(p.read(IA32_PMC0), Ok(2));
+    assert_eq!(p.read(IA32_PERF_GLOBAL_STATUS), Ok(0b11), "both overflowed; only PMC0 interrupts");
+    // Without freeze the counters go on.
+    p.retire(1, Retired::PLAIN, 3);
+    assert_eq!(p.read(IA32_PMC0), Ok(3));
+}
+
+#[test]
+fn legacy_freeze_clears_global_ctrl_version_4_sets_ctr_frz() {
+    let mut slm = Pmu::new(PmuCaps::SILVERMONT);
+    slm.set_debugctl(1 << 12);
+    slm.write(IA32_PMC0, 0xFFFF_FFFF).unwrap(); // -1, sign-extended to 40 bits
+    slm.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN | INT).unwrap();
+    assert!(slm.retire(1, Retired::PLAIN, 3));
+    assert_eq!(slm.read(IA32_PERF_GLOBAL_CTRL), Ok(0x7_0000_0003), "not before the PMI is requested");
+    assert!(slm.take_pmi());
+    assert!(!slm.take_pmi());
+    assert_eq!(slm.read(IA32_PERF_GLOBAL_CTRL), Ok(0));
+    slm.retire(5, Retired::PLAIN, 3);
+    assert_eq!(slm.read(IA32_PMC0), Ok(0), "frozen");
+
+    let mut p = skl();
+    p.set_debugctl((1 << 12) | (1 << 11));
+    p.write(IA32_A_PMC0, (1 << 48) - 1).unwrap();
+    p.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN | INT).unwrap();
+    assert!(p.retire(1, Retired::PLAIN, 3));
+    p.retire(2, Retired::PLAIN, 3); // the rest of the block still counts
+    assert!(p.take_pmi());
+    assert_eq!(p.read(IA32_PMC0), Ok(2));
+    assert_eq!(p.read(IA32_PERF_GLOBAL_STATUS), Ok(1 | STATUS_CTR_FRZ | STATUS_LBR_FRZ));
+    assert_eq!(p.read(IA32_PERF_GLOBAL_CTRL), Ok(0x7_0000_000F), "GLOBAL_CTRL untouched in version 4");
+    p.retire(5, Retired::PLAIN, 3);
+    assert_eq!(p.read(IA32_PMC0), Ok(2), "frozen");
+    p.write(IA32_PERF_GLOBAL_STATUS_RESET, 1 | STATUS_CTR_FRZ | STATUS_LBR_FRZ).unwrap();
+    p.retire(5, Retired::PLAIN, 3);
+    assert_eq!(p.read(IA32_PMC0), Ok(7), "unfrozen");
+}
+
+#[test]
+fn rdpmc_selects_counters_and_faults_as_the_sdm_says() {
+    let mut p = skl();
+    p.write(IA32_A_PMC0 + 3, 0x1_2345_6789).unwrap();
+    p.write(IA32_FIXED_CTR0 + 2, 0x55).unwrap();
+    assert_eq!(p.rdpmc(3, 0, false, true), Ok(0x1_2345_6789));
+    assert_eq!(p.rdpmc(3 | (1 << 31), 0, false, true), Ok(0x2345_6789), "fast read");
+    assert_eq!(p.rdpmc(0x4000_0002, 0, false, true), Ok(0x55));
+    assert_eq!(p.rdpmc(4, 0, false, true), Err(Fault::Gp));
+    assert_eq!(p.rdpmc(0x4000_0003, 0, false, true), Err(Fault::Gp));
+    assert_eq!(p.rdpmc(0x100, 0, false, true), Err(Fault::Gp));
+    assert_eq!(p.rdpmc(3, 3, false, true), Err(Fault::Gp), "CR4.PCE = 0 at CPL 3");
+    assert_eq!(p.rdpmc(3, 3, true, true), Ok(0x1_2345_6789));
+}
