@@ -2,6 +2,7 @@
 #[macro_use]
 mod macros;
 pub mod guest_mem;
+pub mod phys_map;
 pub mod insn_class;
 pub mod pt;
 pub mod rtit;
