@@ -3,6 +3,7 @@
 mod macros;
 pub mod guest_mem;
 pub mod idt;
+pub mod phys_map;
 pub mod insn_class;
 pub mod pt;
 pub mod rtit;

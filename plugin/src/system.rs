@@ -40,6 +40,9 @@ use std::sync::{Arc, OnceLock};
 const MAX_VCPUS: usize = 1024;
 /// IA32_APIC_BASE: QEMU raises #GP(0) for a WRMSR with its reserved bits 63:52 set.
 const MSR_IA32_APIC_BASE: u64 = 0x1B;
+/// IA32_APIC_BASE (1BH): its base field locates the APIC page trace output must avoid.
+const IA32_APIC_BASE: u32 = 0x1B;
+
 /// x2APIC DFR (80EH): QEMU's RDMSR raises #GP(0) for it in every APIC mode (outside x2APIC mode
 /// all x2APIC MSRs fault; in x2APIC mode DFR does not exist) and has no side effect.
 const MSR_X2APIC_DFR: u64 = 0x80E;
@@ -864,7 +867,7 @@ impl Shared {
     /// A PMI through the local APIC's LVT performance-counter entry (SDM §20.6.3): the DS
     /// interrupt of the BTS and the ToPA PMI both arrive this way. A masked LVTPC drops it.
     fn deliver_pmi() {
-        let mut mem = PhysMem;
+        let mut mem = guest::ApicMmio;
         let mut lvt = [0u8; 4];
         if mem.read_phys(APIC_LVTPC, &mut lvt).is_err() {
             return;
@@ -1091,6 +1094,12 @@ impl Shared {
         self.update_tsc(v);
         let rcx = v.regs.get("rcx").unwrap_or(0);
         let index = rcx as u32;
+        if index == IA32_APIC_BASE {
+            // §33.2.7.4: trace output never goes to the APIC page, wherever the guest moves it
+            // (QEMU executes the WRMSR itself).
+            let value = (v.regs.get("rdx").unwrap_or(0) << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
+            guest::set_apic_base(value);
+        }
         if !owned_msr(index, &self.opts) {
             return;
         }
@@ -1512,6 +1521,16 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
             "{smp_vcpus} vCPUs with single-threaded TCG (thread=single or -icount): QEMU then reports a \
              wrong vCPU index to plugin callbacks; use the default multi-threaded TCG or -smp 1"
         ));
+    }
+    // Guest RAM, from QEMU's command line (issue 12): the plugin never accesses anything else.
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let qemu_args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    match pttrace_core::phys_map::PhysMap::from_qemu_args(&qemu_args) {
+        Ok(map) => guest::set_phys_map(map),
+        Err(e) => fail(&e),
     }
     let out = match &opts.out {
         Some(dir) => {
