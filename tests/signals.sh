@@ -24,16 +24,16 @@ bad() { echo "FAIL $1"; fail=1; }
 wait_ready() { for _ in $(seq 200); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 
 # compare_ok DIR LABEL WANT: `pttrace compare DIR` exits WANT (0: complete, 3: cut short) with no
-# mismatch and no decode error; adds the instructions compared to $insns.
+# mismatch and no decode error; sets $n to the instructions compared and adds them to $insns.
+# (Not called in a subshell: a failure must reach $fail.)
 compare_ok() {
-  local dir=$1 label=$2 want=$3 rc n
+  local dir=$1 label=$2 want=$3 rc
   timeout 600 "$tool" compare "$dir" >"$dir.compare" 2>&1; rc=$?
   n=$(sed -n 's/^total: .*compared \([0-9]*\) instructions.*/\1/p' "$dir.compare" | tail -1)
   if [ "$rc" != "$want" ] || [ "${n:-0}" -eq 0 ]; then
     bad "$label: pttrace compare exited $rc (want $want), ${n:-0} instructions compared"; tail -5 "$dir.compare"; return 1
   fi
   insns=$((insns + n))
-  echo "${n}"
 }
 
 # 1. Raised by the program itself (kill(getpid(), SIG)) and sent from outside mid-run.
@@ -45,7 +45,7 @@ for sig in INT TERM HUP PIPE ALRM USR1; do
   checks=$((checks + 1))
   if [ "$rc" != "$plain" ] || [ "$rc" != $((128 + num)) ]; then bad "raise $sig: exit status $rc, without the plugin $plain"; continue; fi
   grep -q "^end=signal $num$" "$d/meta.txt" || { bad "raise $sig: meta.txt has no end=signal $num"; continue; }
-  n=$(compare_ok "$d" "raise $sig" 0) || continue
+  compare_ok "$d" "raise $sig" 0 || continue
   echo "ok   SIG$sig raised by the program: exit status $rc as without the plugin; decoded flow = truth ($n instructions)"
 done
 for sig in INT TERM HUP PIPE; do
@@ -57,7 +57,7 @@ for sig in INT TERM HUP PIPE; do
   wait_ready "$d.stdout"; sleep 0.5; kill "-$sig" "$pid"; wait "$pid"; rc=$?
   checks=$((checks + 1))
   [ "$rc" = $((128 + num)) ] || { bad "SIG$sig from outside: exit status $rc, want $((128 + num))"; continue; }
-  n=$(compare_ok "$d" "outside $sig" 0) || continue
+  compare_ok "$d" "outside $sig" 0 || continue
   echo "ok   SIG$sig sent from outside mid-run: exit status $rc; decoded flow = truth ($n instructions)"
 done
 
@@ -66,7 +66,7 @@ done
 d=$out/thread-raise; rm -rf "$d"
 "$q" -plugin "$plugin,out=$d,truth=1" "$bin/sigdie" raise-thread 15 200000 >/dev/null 2>"$d.stderr"; rc=$?
 checks=$((checks + 1))
-if [ "$rc" = 143 ] && n=$(compare_ok "$d" "raise-thread" 0); then
+if [ "$rc" = 143 ] && compare_ok "$d" "raise-thread" 0; then
   echo "ok   SIGTERM to one thread of a 2-thread program: exit status 143; decoded flows = truth ($n instructions)"
 else
   [ "$rc" = 143 ] || bad "raise-thread: exit status $rc, want 143"
@@ -75,7 +75,7 @@ d=$out/threads; rm -rf "$d"
 "$q" -plugin "$plugin,out=$d,truth=1" "$bin/sigdie" threads >"$d.stdout" 2>"$d.stderr" &
 pid=$!; wait_ready "$d.stdout"; sleep 0.5; kill -TERM "$pid"; wait "$pid"; rc=$?
 checks=$((checks + 1))
-if [ "$rc" = 143 ] && n=$(compare_ok "$d" "threads" 0); then
+if [ "$rc" = 143 ] && compare_ok "$d" "threads" 0; then
   nthreads=$(grep -c '^thread [0-9]*: decoded .*mismatches 0' "$d.compare")
   [ "$nthreads" = 4 ] && echo "ok   SIGTERM from outside to a 4-thread program: exit status 143; 4 streams decoded = truth ($n instructions)" ||
     bad "threads: $nthreads of 4 threads compared"
@@ -88,7 +88,7 @@ d=$out/pipe; rm -rf "$d"
 want=$("$bin/sigdie" pipe | head -2 | tr '\n' ' '; echo "${PIPESTATUS[0]}")
 got=$("$q" -plugin "$plugin,out=$d,truth=1" "$bin/sigdie" pipe 2>"$d.stderr" | head -2 | tr '\n' ' '; echo "${PIPESTATUS[0]}")
 checks=$((checks + 1))
-if [ "$got" = "$want" ] && n=$(compare_ok "$d" "pipe" 0); then
+if [ "$got" = "$want" ] && compare_ok "$d" "pipe" 0; then
   echo "ok   sigdie pipe | head -2: output and exit status as without the plugin ($got); decoded flow = truth ($n instructions)"
 else
   [ "$got" = "$want" ] || bad "pipe: '$got' (output, exit status), without the plugin '$want'"
@@ -105,12 +105,25 @@ for mode in handler reset; do
   checks=$((checks + 1))
   [ "$got" = "$plain" ] || { bad "$mode: '$got' (output, exit status), without the plugin '$plain'"; continue; }
   if [ "$mode" = reset ]; then
-    n=$(compare_ok "$d" "$mode" 0) || continue
+    compare_ok "$d" "$mode" 0 || continue
     echo "ok   handler installed then reset to SIG_DFL: SIGTERM ends it as without the plugin ($got); decoded flow = truth ($n instructions)"
   else
     grep -q '^end=exit$' "$d/meta.txt" || { bad "handler: meta.txt has no end=exit"; continue; }
     echo "ok   own SIGTERM handler: output and exit status as without the plugin ($got)"
   fi
+done
+
+# 4b. A program that asks (sigaction), blocks or ignores the signal: output and exit status as
+#     without the plugin; where it dies of SIGTERM in the end, its decoded flow = truth.
+for mode in ask block ignore; do
+  d=$out/$mode; rm -rf "$d"
+  plain=$("$bin/sigdie" "$mode" 2>&1 | tr '\n' ' '; echo "${PIPESTATUS[0]}")
+  got=$("$q" -plugin "$plugin,out=$d,truth=1" "$bin/sigdie" "$mode" 2>"$d.stderr" | tr '\n' ' '; echo "${PIPESTATUS[0]}")
+  checks=$((checks + 1))
+  [ "$got" = "$plain" ] || { bad "$mode: '$got' (output, exit status), without the plugin '$plain'"; continue; }
+  want=3; grep -q '^end=' "$d/meta.txt" && want=0
+  compare_ok "$d" "$mode" "$want" || continue
+  echo "ok   program that ${mode}s SIGTERM: output and exit status as without the plugin ($got); decoded flow = truth ($n instructions)"
 done
 
 # 5. SIGKILL mid-run: what reached the disk decodes to a prefix of the truth, and the part lost
@@ -119,7 +132,7 @@ d=$out/sigkill; rm -rf "$d"
 "$q" -plugin "$plugin,out=$d,truth=1" "$bin/sigdie" spin >"$d.stdout" 2>"$d.stderr" & pid=$!
 wait_ready "$d.stdout"; sleep 2; kill -KILL "$pid"; wait "$pid" 2>/dev/null; rc=$?
 checks=$((checks + 1))
-if n=$(compare_ok "$d" "SIGKILL" 3); then
+if compare_ok "$d" "SIGKILL" 3; then
   t=$(sed -n 's/^thread 1: run cut short: decoded [0-9]*, truth \([0-9]*\);.*/\1/p' "$d.compare")
   if [ "$((n * 10))" -ge "$((${t:-0} * 8))" ]; then
     echo "ok   SIGKILL after 2 s (exit status $rc): decoded prefix = start of the truth ($n of the $t instructions in the truth file); compare exits 3"
@@ -162,7 +175,7 @@ rmdir "$full" 2>/dev/null
 #    SIGKILL leaves a prefix that decodes without error (status 3).
 elf=$top/target/guest/bin/t_stress_smp.elf
 if [ -f "$elf" ]; then
-  for s in TERM KILL; do
+  for s in TERM INT KILL; do
     d=$out/system-$s; rm -rf "$d"
     "$qemu_dir/qemu-system-x86_64" -accel tcg -cpu max,vendor=GenuineIntel -m 128 -L /usr/share/seabios -L /usr/share/qemu \
       -nic none -display none -monitor none -serial "file:$d.serial" -no-reboot -smp 4 \

@@ -7,6 +7,9 @@
  *   sigdie handler          own SIGTERM handler: prints "caught 15" and exits 7
  *   sigdie reset            installs a SIGTERM handler, then SIG_DFL again, then spins
  *   sigdie pipe             writes numbers to stdout until SIGPIPE (like `seq | head -2`)
+ *   sigdie ask              prints what sigaction() reports for SIGTERM, SIGINT and SIGPIPE
+ *   sigdie block            blocks SIGTERM, raises it, prints whether it is pending, unblocks it
+ *   sigdie ignore           ignores SIGTERM, raises it, prints "survived", then resets and raises it
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -90,6 +93,40 @@ int main(int argc, char **argv) {
         signal(SIGTERM, SIG_DFL);
         write(1, "ready\n", 6);
         work(0);
+    }
+    if (!strcmp(mode, "ask")) {
+        static const int sigs[3] = { SIGTERM, SIGINT, SIGPIPE };
+        for (int i = 0; i < 3; i++) {
+            struct sigaction old;
+            sigaction(sigs[i], NULL, &old);
+            printf("%d: %s flags %x\n", sigs[i],
+                   old.sa_handler == SIG_DFL ? "SIG_DFL" : old.sa_handler == SIG_IGN ? "SIG_IGN" : "handler",
+                   (unsigned)old.sa_flags);
+        }
+        return 0;
+    }
+    if (!strcmp(mode, "block")) {
+        sigset_t set, pend;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigprocmask(SIG_BLOCK, &set, NULL);
+        kill(getpid(), SIGTERM);
+        work(100000);
+        sigpending(&pend);
+        printf("pending %d\n", sigismember(&pend, SIGTERM));
+        fflush(stdout);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        return 99; /* not reached */
+    }
+    if (!strcmp(mode, "ignore")) {
+        signal(SIGTERM, SIG_IGN);
+        kill(getpid(), SIGTERM);
+        work(100000);
+        printf("survived\n");
+        fflush(stdout);
+        signal(SIGTERM, SIG_DFL);
+        kill(getpid(), SIGTERM);
+        return 99; /* not reached */
     }
     if (!strcmp(mode, "pipe")) {
         char buf[32];
