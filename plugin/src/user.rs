@@ -16,27 +16,59 @@ use qemu_plugin::{CallbackFlags, PluginId, RegisterDescriptor, TranslationBlock,
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::cell::RefCell;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 type SlotGuard = parking_lot::MutexGuard<'static, Option<VcpuTrace>>;
 
-/// Blocks a thread runs while keeping its own vCPU slot locked (see `HELD`).
+/// Blocks a thread runs while keeping its own vCPU slot locked (see `Slot::held`).
 const HOLD_BLOCKS: u32 = 4096;
 
-thread_local! {
-    /// This thread's own vCPU slot, kept locked across consecutive callbacks so the per-block
-    /// hot path takes no lock (an uncontended lock/unlock pair cost ~25% of tracing time). It is
-    /// released every HOLD_BLOCKS callbacks and at every system call, so another thread that
-    /// needs the slot (execve flush, exit) waits microseconds at most, and never for a thread
-    /// blocked in the kernel.
-    static HELD: RefCell<Option<(u32, SlotGuard, u32)>> = const { RefCell::new(None) };
+/// One vCPU (= one guest thread in user mode) of the per-vCPU table.
+struct Slot {
+    state: Mutex<Option<VcpuTrace>>,
+    /// The lock on `state` that the vCPU's own thread keeps across consecutive callbacks, so the
+    /// per-block hot path takes no lock (an uncontended lock/unlock pair cost ~25% of tracing
+    /// time), with the number of blocks run under it. It is released every HOLD_BLOCKS callbacks
+    /// and at every system call, so another thread that needs the slot (execve flush, exit)
+    /// waits microseconds at most, and never for a thread blocked in the kernel. Only the
+    /// owning thread touches it (qemu-user runs each vCPU on its own thread; the block and
+    /// syscall callbacks of vCPU N run on N's thread), which is why it needs no thread-local
+    /// lookup (`__tls_get_addr` in a cdylib) and no lock.
+    held: UnsafeCell<Option<(SlotGuard, u32)>>,
+    /// pthread_self() of the thread holding `held` (0: none), for `at_exit`, which runs on the
+    /// exiting thread without knowing its vCPU index.
+    holder: AtomicUsize,
 }
 
-/// Give up this thread's held slot lock, if any (before blocking, or locking slots directly).
-fn release_held() {
-    let _ = HELD.try_with(|h| h.borrow_mut().take());
+// SAFETY: `held` is only accessed by the vCPU's own thread (see its documentation) and by
+// `release_own`, which checks `holder` against the calling thread first.
+unsafe impl Sync for Slot {}
+// SAFETY: a held guard never leaves its thread: only the owner stores and drops it.
+unsafe impl Send for Slot {}
+
+impl Slot {
+    /// Give up the held lock. Only the owning thread may call this.
+    fn release_own(&self) {
+        // SAFETY: called on the thread that owns this slot (see `held`).
+        let held = unsafe { &mut *self.held.get() };
+        if held.take().is_some() {
+            self.holder.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Give up the held lock if the calling thread holds it (any slot, any thread).
+    fn release_if_mine(&self) {
+        if self.holder.load(Ordering::Relaxed) == this_thread() {
+            self.release_own();
+        }
+    }
+}
+
+fn this_thread() -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
 }
 
 /// vCPU indices the per-vCPU table can hold (qemu-x86_64 gives each guest thread a vCPU).
@@ -85,7 +117,7 @@ pub struct Shared {
     /// signals a range edge (empty otherwise, so blocks carry no edge list).
     rtit_edges: Vec<u64>,
     out: Output,
-    vcpus: Box<[Mutex<Option<VcpuTrace>>]>,
+    vcpus: Box<[Slot]>,
     next_thread: AtomicU32,
     handlers: RwLock<Vec<SignalAction>>,
     n_handlers: AtomicUsize,
@@ -116,23 +148,28 @@ pub static SHARED: OnceLock<Shared> = OnceLock::new();
 const SIGFRAME_RIP_OFFSET: u64 = 8 + 40 + 16 * 8;
 
 impl Shared {
-    /// Run `f` on this thread's own vCPU slot, through the lock it holds (see `HELD`).
+    /// Run `f` on this thread's own vCPU slot, through the lock it holds (see `Slot::held`).
+    #[inline(always)]
     fn with_own_slot(&'static self, vcpu: VCPUIndex, f: impl FnOnce(&mut Option<VcpuTrace>)) {
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
-        let _ = HELD.try_with(|h| {
-            let mut h = h.borrow_mut();
-            let reuse = matches!(&*h, Some((i, _, n)) if *i == vcpu && *n < HOLD_BLOCKS);
-            if !reuse {
-                *h = None; // unlock first: it may be this very slot
-                *h = Some((vcpu, slot.lock(), 0));
-            }
-            if let Some((_, guard, n)) = h.as_mut() {
+        // SAFETY: this callback runs on vCPU `vcpu`'s own thread (see `Slot::held`).
+        let held = unsafe { &mut *slot.held.get() };
+        match held {
+            Some((guard, n)) if *n < HOLD_BLOCKS => {
                 *n += 1;
                 f(guard);
             }
-        });
+            _ => {
+                *held = None; // unlock first: it may be this very slot's lock
+                let guard = slot.state.lock();
+                slot.holder.store(this_thread(), Ordering::Relaxed);
+                let (guard, _) = held.insert((guard, 1));
+                f(guard);
+            }
+        }
     }
 
+    #[inline(always)]
     fn on_block(&'static self, vcpu: VCPUIndex, info: &BlockInfo) {
         if forked_child() {
             return;
@@ -140,6 +177,21 @@ impl Shared {
         self.with_own_slot(vcpu, |slot| self.on_block_locked(slot, info));
     }
 
+    /// Give up vCPU `vcpu`'s held slot lock; on its own thread (syscalls, thread exit).
+    fn release_held(&self, vcpu: VCPUIndex) {
+        if let Some(slot) = self.vcpus.get(vcpu as usize) {
+            slot.release_own();
+        }
+    }
+
+    /// Give up every slot lock the calling thread holds (exit, execve: they lock all slots).
+    fn release_mine(&self) {
+        for slot in self.vcpus.iter() {
+            slot.release_if_mine();
+        }
+    }
+
+    #[inline(always)]
     fn on_block_locked(&self, slot: &mut Option<VcpuTrace>, info: &BlockInfo) {
         let Some(v) = slot.as_mut() else { return };
         v.icount += info.n_insns;
@@ -260,8 +312,8 @@ impl Shared {
             truth: self.opts.truth.then(Vec::new),
             last_truth_ip: u64::MAX,
         };
-        release_held();
-        let old = slot.lock().replace(v);
+        self.release_held(vcpu);
+        let old = slot.state.lock().replace(v);
         if let Some(old) = old {
             self.finish(old);
         }
@@ -274,8 +326,8 @@ impl Shared {
         let Some(slot) = self.vcpus.get(vcpu as usize) else {
             return;
         };
-        release_held();
-        let v = slot.lock().take();
+        self.release_held(vcpu);
+        let v = slot.state.lock().take();
         if let Some(v) = v {
             self.finish(v);
         }
@@ -319,9 +371,9 @@ impl Shared {
             return;
         }
         // Other threads give up their slots within HOLD_BLOCKS blocks or at their next syscall.
-        release_held();
+        self.release_mine();
         for slot in self.vcpus.iter() {
-            let v = slot.lock().take();
+            let v = slot.state.lock().take();
             if let Some(v) = v {
                 self.finish(v);
             }
@@ -374,20 +426,25 @@ impl Shared {
         } else {
             insns.iter().skip(1).map(|(ip, _)| *ip).filter(|ip| self.rtit_edges.contains(ip)).collect()
         };
-        let info = Arc::new(BlockInfo {
+        // Kept for the life of the process: QEMU does not say when a translation is freed (the
+        // qemu-plugin crate's closures are leaked the same way).
+        let info: &'static BlockInfo = Box::leak(Box::new(BlockInfo {
             pc,
             n_insns: insns.len() as u64,
-            end: BlockEnd { last },
+            end: BlockEnd::new(last),
             edges,
-        });
-        tb.register_execute_callback_flags(
-            move |vcpu| {
-                if let Some(sh) = SHARED.get() {
-                    guarded("block callback", || sh.on_block(vcpu, &info));
-                }
-            },
-            CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
-        );
+        }));
+        // A plain C function with the block's record as user data: no boxed closure to call
+        // through per block. R_REGS: the signal probe reads RSP.
+        // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
+        unsafe {
+            qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cb(
+                crate::tb_ptr(tb),
+                Some(on_block_exec),
+                CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
+                info as *const BlockInfo as *mut std::ffi::c_void,
+            );
+        }
         if self.opts.truth {
             for (i, insn) in tb.instructions().enumerate() {
                 let ip = insns[i].0;
@@ -410,9 +467,9 @@ impl Shared {
     /// now (TIP.PGD), and every buffered byte is written before the syscall runs. If execve
     /// fails, the thread resumes with a TIP.PGE like after any syscall.
     fn flush_for_exec(&self, vcpu: VCPUIndex) {
-        release_held();
+        self.release_held(vcpu);
         for (i, slot) in self.vcpus.iter().enumerate() {
-            let mut guard = slot.lock();
+            let mut guard = slot.state.lock();
             let Some(v) = guard.as_mut() else { continue };
             let key = v.tracer.key(v.thread);
             let t = v.tracer.as_user_tracer();
@@ -444,7 +501,7 @@ impl Shared {
 
     pub(crate) fn syscall(&self, vcpu: VCPUIndex, num: i64, a: [u64; 6]) {
         // The thread may block in the kernel now: nobody must wait for its slot meanwhile.
-        release_held();
+        self.release_held(vcpu);
         if forked_child() {
             return;
         }
@@ -517,6 +574,15 @@ impl ThreadTracer {
             ThreadTracer::Pt(t) => t,
             ThreadTracer::Rtit(r) => r,
         }
+    }
+}
+
+/// The execute callback of every translated block (user data: its `BlockInfo`).
+extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
+    // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
+    let info = unsafe { &*(info as *const BlockInfo) };
+    if let Some(sh) = SHARED.get() {
+        guarded("block callback", || sh.on_block(vcpu, info));
     }
 }
 
@@ -616,7 +682,9 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         rtit_edges,
         opts,
         out,
-        vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
+        vcpus: (0..MAX_VCPUS)
+            .map(|_| Slot { state: Mutex::new(None), held: UnsafeCell::new(None), holder: AtomicUsize::new(0) })
+            .collect(),
         next_thread: AtomicU32::new(1),
         handlers: RwLock::new(Vec::new()),
         n_handlers: AtomicUsize::new(0),
