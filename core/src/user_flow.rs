@@ -240,8 +240,10 @@ impl BlockEnd {
 enum Position {
     /// Not yet in user code (thread start) or inside the kernel (after SYSCALL).
     Kernel,
-    /// The block with this end has been executed; its successor is not yet known.
-    After(BlockEnd),
+    /// The block with this end has been executed; its successor is not yet known. Block ends
+    /// are translation-time records that live as long as the process (the plugin keeps one per
+    /// translation), so the sequencer holds a reference, not a copy.
+    After(&'static BlockEnd),
 }
 
 /// Counters of how transitions were explained.
@@ -294,9 +296,9 @@ impl UserFlow {
 
     /// A block starting at `pc` is about to execute; `end` describes its last instruction.
     #[inline]
-    pub fn block<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, pc: u64, end: BlockEnd, probe: &mut impl SignalProbe) {
+    pub fn block<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, pc: u64, end: &'static BlockEnd, probe: &mut impl SignalProbe) {
         self.stats.blocks += 1;
-        if let Position::After(prev) = &self.pos {
+        if let Position::After(prev) = self.pos {
             // The common case: a fixed successor of straight-line code or a direct branch (a
             // signal delivered there would be unexplained: see `resolve`).
             if prev.direct.explains(pc) && tracer.direct(&prev.direct, pc) {
@@ -311,7 +313,7 @@ impl UserFlow {
         self.pos = Position::After(end);
     }
 
-    fn resolve<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: BlockEnd, pc: u64, probe: &mut impl SignalProbe) {
+    fn resolve<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: &BlockEnd, pc: u64, probe: &mut impl SignalProbe) {
         let last = prev.last;
         if prev.enters_kernel() {
             self.stats.kernel_entries += 1;
@@ -346,7 +348,7 @@ impl UserFlow {
         }
     }
 
-    fn enter_kernel<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: BlockEnd) {
+    fn enter_kernel<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: &BlockEnd) {
         let (ip, nlip) = (prev.last.ip, prev.last.nlip());
         match prev.last.kind {
             BranchKind::SoftwareInterrupt => tracer.software_interrupt(ip, nlip, KERNEL_ENTRY, Context::KERNEL64),
@@ -384,8 +386,8 @@ mod tests {
         Tracer::new(TraceConfig { ctl, ..TraceConfig::default() }, Context::USER64).with_packet_log()
     }
 
-    fn end(ip: u64, len: u8, kind: BranchKind, rep_string: bool) -> BlockEnd {
-        BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string })
+    fn end(ip: u64, len: u8, kind: BranchKind, rep_string: bool) -> &'static BlockEnd {
+        Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string })))
     }
 
     fn no_signal(_: u64) -> Option<u64> {

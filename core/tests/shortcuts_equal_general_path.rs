@@ -49,7 +49,7 @@ fn config(rng: &mut Rng) -> TraceConfig {
 }
 
 /// A random block end somewhere in 0x401000..0x402000 (small, so targets repeat and RETs match).
-fn block_end(rng: &mut Rng, pc: u64) -> BlockEnd {
+fn block_end(rng: &mut Rng, pc: u64) -> &'static BlockEnd {
     let ip = pc + rng.below(0x20);
     let len = 1 + rng.below(6) as u8;
     let target = 0x401000 + rng.below(0x100) * 0x10;
@@ -63,7 +63,7 @@ fn block_end(rng: &mut Rng, pc: u64) -> BlockEnd {
         9 | 10 => BranchKind::Return,
         _ => BranchKind::Far(FarKind::Syscall),
     };
-    BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string: rng.below(40) == 0 })
+    Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string: rng.below(40) == 0 })))
 }
 
 #[test]

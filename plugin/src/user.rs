@@ -16,63 +16,39 @@ use qemu_plugin::{CallbackFlags, PluginId, RegisterDescriptor, TranslationBlock,
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
-
-type SlotGuard = parking_lot::MutexGuard<'static, Option<VcpuTrace>>;
-
-/// Blocks a thread runs while keeping its own vCPU slot locked (see `Slot::held`).
-const HOLD_BLOCKS: u32 = 4096;
 
 /// One vCPU (= one guest thread in user mode) of the per-vCPU table.
 struct Slot {
     state: Mutex<Option<VcpuTrace>>,
-    /// The lock on `state` that the vCPU's own thread keeps across consecutive callbacks, so the
-    /// per-block hot path takes no lock (an uncontended lock/unlock pair cost ~25% of tracing
-    /// time), with the number of blocks run under it. It is released every HOLD_BLOCKS callbacks
-    /// and at every system call, so another thread that needs the slot (execve flush, exit)
-    /// waits microseconds at most, and never for a thread blocked in the kernel. Only the
-    /// owning thread touches it (qemu-user runs each vCPU on its own thread; the block and
-    /// syscall callbacks of vCPU N run on N's thread), which is why it needs no thread-local
-    /// lookup (`__tls_get_addr` in a cdylib) and no lock.
-    held: UnsafeCell<Option<(SlotGuard, u32)>>,
-    /// pthread_self() of the thread holding `held` (0: none), for `at_exit`, which runs on the
-    /// exiting thread without knowing its vCPU index.
-    holder: AtomicUsize,
+    ring: Ring,
 }
 
-// SAFETY: `held` is only accessed by the vCPU's own thread (see its documentation) and by
-// `release_own`, which checks `holder` against the calling thread first.
-unsafe impl Sync for Slot {}
-// SAFETY: a held guard never leaves its thread: only the owner stores and drops it.
-unsafe impl Send for Slot {}
-
-impl Slot {
-    /// Give up the held lock. Only the owning thread may call this.
-    fn release_own(&self) {
-        // SAFETY: called on the thread that owns this slot (see `held`).
-        let held = unsafe { &mut *self.held.get() };
-        if held.take().is_some() {
-            self.holder.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// Give up the held lock if the calling thread holds it (any slot, any thread).
-    fn release_if_mine(&self) {
-        if self.holder.load(Ordering::Relaxed) == this_thread() {
-            self.release_own();
-        }
-    }
-}
-
-fn this_thread() -> usize {
-    // SAFETY: pthread_self has no preconditions.
-    unsafe { libc::pthread_self() as usize }
+/// The executed blocks of one vCPU not yet run through the model (issue 13). The vCPU's own
+/// thread appends to it in the execute callback without a lock (`Shared::on_block`); whoever
+/// holds the slot's `state` lock runs the pending blocks through the model (`Shared::drain`):
+/// the vCPU itself when the ring is full or the trace becomes observable (system calls, signal
+/// handlers, thread exit), other threads at execve and at process exit. Producer-written and
+/// lock-protected fields share one cache line, which only the owning thread writes per block.
+#[repr(align(128))]
+struct Ring {
+    /// BATCH entries (null: the vCPU is not traced), allocated at the vCPU's first start.
+    entries: AtomicPtr<AtomicPtr<BlockInfo>>,
+    /// Entries written; only the owning thread stores it (Release: the entries before it are
+    /// visible to a drain on another thread).
+    len: AtomicUsize,
+    /// Entries already run through the model (under the `state` lock).
+    consumed: AtomicUsize,
+    /// The owner drains when `len` reaches this (BATCH, or 1 when the internal buffer's drain
+    /// follows the wall clock, whose credit must meet the blocks as they execute).
+    batch: AtomicUsize,
 }
 
 /// vCPU indices the per-vCPU table can hold (qemu-x86_64 gives each guest thread a vCPU).
 const MAX_VCPUS: usize = 4096;
+/// Executed blocks a vCPU records before running them through the model in one batch.
+const BATCH: usize = 1024;
 /// Trace bytes a vCPU accumulates before handing them to the writer.
 const HANDOFF_BYTES: usize = 256 * 1024;
 
@@ -148,82 +124,147 @@ pub static SHARED: OnceLock<Shared> = OnceLock::new();
 const SIGFRAME_RIP_OFFSET: u64 = 8 + 40 + 16 * 8;
 
 impl Shared {
-    /// Run `f` on this thread's own vCPU slot, through the lock it holds (see `Slot::held`).
+    /// The execute callback's work (issue 13): append the block's translation-time record to
+    /// the vCPU's ring, and run the model over the ring when it is full. The model's result does
+    /// not depend on when it runs, with one exception: a block that starts at a registered
+    /// signal handler needs the guest's stack as it is now (the signal frame), so it runs through
+    /// the model at once, after everything pending (`handler_block`). No lock, no allocation, no
+    /// thread-local, no panic guard: nothing here can panic; the model runs guarded, once per
+    /// batch.
     #[inline(always)]
-    fn with_own_slot(&'static self, vcpu: VCPUIndex, f: impl FnOnce(&mut Option<VcpuTrace>)) {
+    fn on_block(&'static self, vcpu: VCPUIndex, info: &'static BlockInfo) {
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
-        // SAFETY: this callback runs on vCPU `vcpu`'s own thread (see `Slot::held`).
-        let held = unsafe { &mut *slot.held.get() };
-        match held {
-            Some((guard, n)) if *n < HOLD_BLOCKS => {
-                *n += 1;
-                f(guard);
-            }
-            _ => {
-                *held = None; // unlock first: it may be this very slot's lock
-                let guard = slot.state.lock();
-                slot.holder.store(this_thread(), Ordering::Relaxed);
-                let (guard, _) = held.insert((guard, 1));
-                f(guard);
-            }
-        }
-    }
-
-    #[inline(always)]
-    fn on_block(&'static self, vcpu: VCPUIndex, info: &BlockInfo) {
-        if forked_child() {
+        if self.n_handlers.load(Ordering::Relaxed) != 0 && self.is_handler(info.pc) {
+            self.handler_block(slot, info);
             return;
         }
-        self.with_own_slot(vcpu, |slot| self.on_block_locked(slot, info));
-    }
-
-    /// Give up vCPU `vcpu`'s held slot lock; on its own thread (syscalls, thread exit).
-    fn release_held(&self, vcpu: VCPUIndex) {
-        if let Some(slot) = self.vcpus.get(vcpu as usize) {
-            slot.release_own();
+        let ring = &slot.ring;
+        let entries = ring.entries.load(Ordering::Relaxed);
+        let len = ring.len.load(Ordering::Relaxed);
+        if entries.is_null() || len >= BATCH {
+            return; // not traced (a full ring is drained before the callback returns)
+        }
+        // SAFETY: `entries` points to BATCH entries that are never freed, and len < BATCH.
+        unsafe { &*entries.add(len) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
+        ring.len.store(len + 1, Ordering::Release);
+        if len + 1 >= ring.batch.load(Ordering::Relaxed) {
+            self.drain_own(slot);
         }
     }
 
-    /// Give up every slot lock the calling thread holds (exit, execve: they lock all slots).
-    fn release_mine(&self) {
-        for slot in self.vcpus.iter() {
-            slot.release_if_mine();
-        }
+    /// The owning thread runs its ring through the model and empties it.
+    #[inline(never)]
+    fn drain_own(&self, slot: &Slot) {
+        let mut state = slot.state.lock();
+        self.drain(&slot.ring, state.as_mut(), true);
     }
 
+    /// A block at a registered signal handler: everything pending first, then this block with
+    /// the signal probe, which reads the guest's stack now.
+    #[cold]
+    #[inline(never)]
+    fn handler_block(&self, slot: &Slot, info: &'static BlockInfo) {
+        let mut state = slot.state.lock();
+        self.drain(&slot.ring, state.as_mut(), true);
+        let Some(v) = state.as_mut() else { return };
+        let rsp = v.rsp.take();
+        let mut probe = |pc: u64| self.signal_resume_ip(pc, rsp.as_ref());
+        guarded("block callback", || self.run_block(v, info, &mut probe));
+        v.rsp = rsp;
+    }
+
+    #[inline(never)]
+    fn is_handler(&self, pc: u64) -> bool {
+        self.handlers.read().iter().any(|h| h.handler == pc)
+    }
+
+    /// Run the pending blocks of `ring` through the model of `v`, oldest first (one panic guard
+    /// per batch). The caller holds the slot's `state` lock. `own`: called on the ring's own
+    /// thread, which empties it; another thread only marks the entries it ran as consumed (the
+    /// owner may be appending meanwhile).
+    fn drain(&self, ring: &Ring, v: Option<&mut VcpuTrace>, own: bool) {
+        let len = ring.len.load(Ordering::Acquire).min(BATCH);
+        let from = ring.consumed.load(Ordering::Relaxed).min(len);
+        if own {
+            ring.consumed.store(0, Ordering::Relaxed);
+            ring.len.store(0, Ordering::Relaxed);
+        } else {
+            ring.consumed.store(len, Ordering::Relaxed);
+        }
+        let entries = ring.entries.load(Ordering::Relaxed);
+        let (Some(v), false) = (v, entries.is_null() || from == len || forked_child()) else { return };
+        // SAFETY: BATCH entries that are never freed; [from, len) were written by the owner
+        // before it published `len` (Acquire above).
+        let pending = unsafe { std::slice::from_raw_parts(entries.add(from), len - from) };
+        guarded("trace encoder", || {
+            // SAFETY: every entry is a leaked `&'static BlockInfo` (`translate`).
+            let blocks = pending.iter().filter_map(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
+            let mut no_signal = |_: u64| None;
+            let mut icount = v.icount;
+            match &mut v.tracer {
+                ThreadTracer::Pt(t) => {
+                    for info in blocks {
+                        icount += info.n_insns;
+                        t.set_tsc(icount);
+                        v.flow.block(t, info.pc, &info.end, &mut no_signal);
+                        self.pt_credit(t, &mut v.credit, info);
+                    }
+                }
+                ThreadTracer::Rtit(r) => {
+                    for info in blocks {
+                        icount += info.n_insns;
+                        r.tracer.set_tsc(icount);
+                        v.flow.block(r, info.pc, &info.end, &mut no_signal);
+                        for &ip in info.edges.iter() {
+                            r.tracer.linear(ip);
+                        }
+                    }
+                }
+            }
+            v.icount = icount;
+            self.hand_off(v);
+        });
+    }
+
+    /// Drain progress of the internal buffer (issue 7) after a block: the block's instructions
+    /// (deterministic) or the drainer thread's grant.
     #[inline(always)]
-    fn on_block_locked(&self, slot: &mut Option<VcpuTrace>, info: &BlockInfo) {
-        let Some(v) = slot.as_mut() else { return };
+    fn pt_credit(&self, t: &mut Tracer, credit: &mut Option<pttrace_core::pt::internal_buffer::DrainCredit>, info: &BlockInfo) {
+        if self.opts.buffer.is_some() {
+            match credit.as_mut() {
+                Some(c) => t.credit_from(c),
+                None => t.credit(info.n_insns),
+            }
+        }
+    }
+
+    /// Hand the trace bytes to the writer once HANDOFF_BYTES have accumulated.
+    fn hand_off(&self, v: &mut VcpuTrace) {
+        let key = v.tracer.key(v.thread);
+        let t = v.tracer.as_user_tracer();
+        if t.output_len() >= HANDOFF_BYTES {
+            self.out.send(key, t.take_output());
+        }
+    }
+
+    /// One executed block through the sequencer and the trace model.
+    fn run_block(&self, v: &mut VcpuTrace, info: &'static BlockInfo, probe: &mut impl FnMut(u64) -> Option<u64>) {
         v.icount += info.n_insns;
-        let rsp = v.rsp.as_ref();
-        let mut probe = |pc: u64| self.signal_resume_ip(pc, rsp);
         match &mut v.tracer {
             ThreadTracer::Pt(t) => {
                 t.set_tsc(v.icount);
-                v.flow.block(t, info.pc, info.end, &mut probe);
-                // Drain progress of the internal buffer (issue 7): the block's instructions
-                // (deterministic) or the drainer thread's grant.
-                if self.opts.buffer.is_some() {
-                    match v.credit.as_mut() {
-                        Some(c) => t.credit_from(c),
-                        None => t.credit(info.n_insns),
-                    }
-                }
-                if t.output().len() >= HANDOFF_BYTES {
-                    self.out.send(FileKey::Pt(v.thread), t.take_output());
-                }
+                v.flow.block(t, info.pc, &info.end, probe);
+                self.pt_credit(t, &mut v.credit, info);
             }
             ThreadTracer::Rtit(r) => {
                 r.tracer.set_tsc(v.icount);
-                v.flow.block(r, info.pc, info.end, &mut probe);
+                v.flow.block(r, info.pc, &info.end, probe);
                 for &ip in info.edges.iter() {
                     r.tracer.linear(ip);
                 }
-                if r.output_len() >= HANDOFF_BYTES {
-                    self.out.send(FileKey::Rtit(v.thread), r.take_output());
-                }
             }
         }
+        self.hand_off(v);
     }
 
     /// If `pc` is a registered signal handler and the stack holds a signal frame, return the
@@ -249,7 +290,9 @@ impl Shared {
         if forked_child() {
             return;
         }
-        self.with_own_slot(vcpu, |slot| self.on_truth_locked(slot, ip, rep_string));
+        if let Some(slot) = self.vcpus.get(vcpu as usize) {
+            self.on_truth_locked(&mut slot.state.lock(), ip, rep_string);
+        }
     }
 
     fn on_truth_locked(&self, slot: &mut Option<VcpuTrace>, ip: u64, rep_string: bool) {
@@ -312,8 +355,19 @@ impl Shared {
             truth: self.opts.truth.then(Vec::new),
             last_truth_ip: u64::MAX,
         };
-        self.release_held(vcpu);
-        let old = slot.state.lock().replace(v);
+        let ring = &slot.ring;
+        if ring.entries.load(Ordering::Relaxed).is_null() {
+            // Kept for the process: a later thread may get this vCPU index again.
+            let entries: &'static [AtomicPtr<BlockInfo>] =
+                Box::leak((0..BATCH).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect());
+            ring.entries.store(entries.as_ptr() as *mut AtomicPtr<BlockInfo>, Ordering::Relaxed);
+        }
+        ring.batch.store(if self.drainer.is_some() { 1 } else { BATCH }, Ordering::Relaxed);
+        let old = {
+            let mut state = slot.state.lock();
+            self.drain(ring, state.as_mut(), true);
+            state.replace(v)
+        };
         if let Some(old) = old {
             self.finish(old);
         }
@@ -326,13 +380,20 @@ impl Shared {
         let Some(slot) = self.vcpus.get(vcpu as usize) else {
             return;
         };
-        self.release_held(vcpu);
-        let v = slot.state.lock().take();
-        if let Some(v) = v {
+        if let Some(v) = self.take_drained(slot, true) {
             self.finish(v);
         }
     }
 
+    /// The slot's trace, with every block recorded so far run through the model (`own`: on
+    /// the vCPU's own thread, see `drain`).
+    fn take_drained(&self, slot: &Slot, own: bool) -> Option<VcpuTrace> {
+        let mut state = slot.state.lock();
+        self.drain(&slot.ring, state.as_mut(), own);
+        state.take()
+    }
+
+    /// The end of a thread's trace: pending packets, the stream's last bytes, the counters.
     fn finish(&self, mut v: VcpuTrace) {
         let key = v.tracer.key(v.thread);
         let (bytes, packets, psbs) = {
@@ -370,11 +431,9 @@ impl Shared {
             );
             return;
         }
-        // Other threads give up their slots within HOLD_BLOCKS blocks or at their next syscall.
-        self.release_mine();
+        // QEMU unregistered every callback before this one: no vCPU appends to its ring any more.
         for slot in self.vcpus.iter() {
-            let v = slot.state.lock().take();
-            if let Some(v) = v {
+            if let Some(v) = self.take_drained(slot, false) {
                 self.finish(v);
             }
         }
@@ -467,9 +526,10 @@ impl Shared {
     /// now (TIP.PGD), and every buffered byte is written before the syscall runs. If execve
     /// fails, the thread resumes with a TIP.PGE like after any syscall.
     fn flush_for_exec(&self, vcpu: VCPUIndex) {
-        self.release_held(vcpu);
         for (i, slot) in self.vcpus.iter().enumerate() {
             let mut guard = slot.state.lock();
+            // Other threads' blocks recorded so far go out too (they may keep running).
+            self.drain(&slot.ring, guard.as_mut(), i == vcpu as usize);
             let Some(v) = guard.as_mut() else { continue };
             let key = v.tracer.key(v.thread);
             let t = v.tracer.as_user_tracer();
@@ -499,11 +559,14 @@ impl Shared {
         }
     }
 
-    pub(crate) fn syscall(&self, vcpu: VCPUIndex, num: i64, a: [u64; 6]) {
-        // The thread may block in the kernel now: nobody must wait for its slot meanwhile.
-        self.release_held(vcpu);
+    pub(crate) fn syscall(&'static self, vcpu: VCPUIndex, num: i64, a: [u64; 6]) {
         if forked_child() {
             return;
+        }
+        // The system call may observe the trace (execve, exit) or block for long: the blocks
+        // recorded so far go through the model now.
+        if let Some(slot) = self.vcpus.get(vcpu as usize) {
+            self.drain_own(slot);
         }
         match num {
             // execve, execveat
@@ -582,7 +645,7 @@ extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
     // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
     let info = unsafe { &*(info as *const BlockInfo) };
     if let Some(sh) = SHARED.get() {
-        guarded("block callback", || sh.on_block(vcpu, info));
+        sh.on_block(vcpu, info);
     }
 }
 
@@ -683,7 +746,15 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         opts,
         out,
         vcpus: (0..MAX_VCPUS)
-            .map(|_| Slot { state: Mutex::new(None), held: UnsafeCell::new(None), holder: AtomicUsize::new(0) })
+            .map(|_| Slot {
+                state: Mutex::new(None),
+                ring: Ring {
+                    entries: AtomicPtr::new(std::ptr::null_mut()),
+                    len: AtomicUsize::new(0),
+                    consumed: AtomicUsize::new(0),
+                    batch: AtomicUsize::new(BATCH),
+                },
+            })
             .collect(),
         next_thread: AtomicU32::new(1),
         handlers: RwLock::new(Vec::new()),

@@ -526,6 +526,20 @@ impl Tracer {
     fn tnt_bit(&mut self, taken: bool) {
         self.stats.tnt_bits += 1;
         if let Some((bits, count)) = self.tnt.push(taken) {
+            self.emit_tnt(bits, count);
+        }
+    }
+
+    /// A full short TNT (the most frequent packet): `emit_raw` without the generic encoder when
+    /// nothing but the output sees it.
+    #[inline]
+    fn emit_tnt(&mut self, bits: u8, count: u8) {
+        if self.ibuf.is_none() && self.log.is_none() {
+            super::encode::push_tnt_short(u64::from(bits), count, &mut self.out);
+            self.stats.packets += 1;
+            self.stats.bytes += 1;
+            self.psb_bytes += 1;
+        } else {
             self.emit_raw(Packet::Tnt { bits, count });
         }
     }
@@ -816,7 +830,7 @@ impl Tracer {
         self.resume_ip = next;
         self.stats.tnt_bits += u64::from(conditional);
         if let Some((bits, count)) = self.tnt.push_if(conditional, taken) {
-            self.emit_raw(Packet::Tnt { bits, count });
+            self.emit_tnt(bits, count);
         }
         if push != 0 {
             self.ret.push(push);
