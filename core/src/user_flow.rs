@@ -72,7 +72,7 @@ impl UserTracer for Tracer {
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
         Tracer::branch(self, ip, nlip, kind, next)
     }
-    #[inline]
+    #[inline(always)]
     fn direct(&mut self, end: &DirectFlow, next: u64) -> bool {
         self.direct_steady(next, end.conditional, next != end.fall, end.push)
     }
@@ -295,7 +295,7 @@ impl UserFlow {
     }
 
     /// A block starting at `pc` is about to execute; `end` describes its last instruction.
-    #[inline]
+    #[inline(always)]
     pub fn block<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, pc: u64, end: &'static BlockEnd, probe: &mut impl SignalProbe) {
         self.stats.blocks += 1;
         if let Position::After(prev) = self.pos {

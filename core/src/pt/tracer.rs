@@ -822,7 +822,7 @@ impl Tracer {
     /// the general path reduces to exactly this; returns false, having done nothing, otherwise.
     /// Written without branches on the guest's outcome: the host would mispredict them as often
     /// as the guest's own branches go either way.
-    #[inline]
+    #[inline(always)]
     pub fn direct_steady(&mut self, next: u64, conditional: bool, taken: bool, push: u64) -> bool {
         if !(self.packet_en && self.steady()) {
             return false;
