@@ -139,7 +139,7 @@ fn writer(dir: PathBuf, rx: Receiver<Msg>) {
     }
 }
 
-fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     // SAFETY: plain libc calls on stack-allocated signal sets of this thread.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();

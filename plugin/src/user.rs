@@ -38,17 +38,32 @@ struct Ring {
     /// Entries written; only the owning thread stores it (Release: the entries before it are
     /// visible to a drain on another thread).
     len: AtomicUsize,
-    /// Entries already run through the model (under the `state` lock).
-    consumed: AtomicUsize,
+    /// Entries already run through the model (under the `state` lock; written by the encoder
+    /// thread, so on its own cache line).
+    consumed: Padded,
     /// The owner drains when `len` reaches this (BATCH, or 1 when the internal buffer's drain
     /// follows the wall clock, whose credit must meet the blocks as they execute).
     batch: AtomicUsize,
 }
 
+/// A value alone on its cache lines (adjacent-line prefetch pairs 64-byte lines).
+#[repr(align(128))]
+struct Padded(AtomicUsize);
+
+impl std::ops::Deref for Padded {
+    type Target = AtomicUsize;
+    fn deref(&self) -> &AtomicUsize {
+        &self.0
+    }
+}
+
 /// vCPU indices the per-vCPU table can hold (qemu-x86_64 gives each guest thread a vCPU).
 const MAX_VCPUS: usize = 4096;
-/// Executed blocks a vCPU records before running them through the model in one batch.
-const BATCH: usize = 1024;
+/// Executed blocks a vCPU's ring holds: when it is full the vCPU runs the rest through the
+/// model itself (64 KiB per vCPU).
+const BATCH: usize = 8192;
+/// Blocks the encoder thread takes from a ring at a time (fewer: it leaves them for later).
+const CHUNK: usize = 512;
 /// Trace bytes a vCPU accumulates before handing them to the writer.
 const HANDOFF_BYTES: usize = 256 * 1024;
 
@@ -95,6 +110,8 @@ pub struct Shared {
     out: Output,
     vcpus: Box<[Slot]>,
     next_thread: AtomicU32,
+    /// One more than the highest vCPU index started (the encoder thread scans that many slots).
+    n_slots: AtomicUsize,
     handlers: RwLock<Vec<SignalAction>>,
     n_handlers: AtomicUsize,
     /// Translated code already written to code.img: block PC -> its bytes.
@@ -148,7 +165,47 @@ impl Shared {
         unsafe { &*entries.add(len) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
         ring.len.store(len + 1, Ordering::Release);
         if len + 1 >= ring.batch.load(Ordering::Relaxed) {
+            if forked_child() {
+                // A forked child is not traced, and a lock another thread held at the fork
+                // stays locked in the child: never wait for one there.
+                ring.len.store(0, Ordering::Relaxed);
+                return;
+            }
             self.drain_own(slot);
+        }
+    }
+
+    /// The encoder thread (issue 13): runs the vCPUs' recorded blocks through the model while
+    /// they keep executing, CHUNK blocks at a time under each slot's lock, so the model's work
+    /// overlaps the guest's on a second host CPU. It never waits for a vCPU (try_lock); it reads
+    /// a ring's published length once per pass (the producer's cache line moves at most once per
+    /// pass, not per block), spins briefly while work may come, and sleeps when none did.
+    fn encoder_loop(&'static self) {
+        let mut idle = 0u32;
+        loop {
+            let n = self.n_slots.load(Ordering::Relaxed).min(self.vcpus.len());
+            let mut worked = false;
+            for slot in &self.vcpus[..n] {
+                let ring = &slot.ring;
+                if ring.len.load(Ordering::Relaxed) >= ring.consumed.load(Ordering::Relaxed) + CHUNK {
+                    if let Some(mut state) = slot.state.try_lock() {
+                        self.drain(ring, state.as_mut(), false);
+                        worked = true;
+                    }
+                }
+            }
+            if worked {
+                idle = 0;
+            } else if idle < 200 {
+                // Work may come within microseconds while a vCPU runs (a chunk is ~2-10 us of guest
+                // execution): wait without a system call.
+                idle += 1;
+                for _ in 0..200 {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
         }
     }
 
@@ -164,6 +221,9 @@ impl Shared {
     #[cold]
     #[inline(never)]
     fn handler_block(&self, slot: &Slot, info: &'static BlockInfo) {
+        if forked_child() {
+            return;
+        }
         let mut state = slot.state.lock();
         self.drain(&slot.ring, state.as_mut(), true);
         let Some(v) = state.as_mut() else { return };
@@ -363,6 +423,7 @@ impl Shared {
             ring.entries.store(entries.as_ptr() as *mut AtomicPtr<BlockInfo>, Ordering::Relaxed);
         }
         ring.batch.store(if self.drainer.is_some() { 1 } else { BATCH }, Ordering::Relaxed);
+        self.n_slots.fetch_max(vcpu as usize + 1, Ordering::Relaxed);
         let old = {
             let mut state = slot.state.lock();
             self.drain(ring, state.as_mut(), true);
@@ -751,12 +812,13 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
                 ring: Ring {
                     entries: AtomicPtr::new(std::ptr::null_mut()),
                     len: AtomicUsize::new(0),
-                    consumed: AtomicUsize::new(0),
+                    consumed: Padded(AtomicUsize::new(0)),
                     batch: AtomicUsize::new(BATCH),
                 },
             })
             .collect(),
         next_thread: AtomicU32::new(1),
+        n_slots: AtomicUsize::new(0),
         handlers: RwLock::new(Vec::new()),
         n_handlers: AtomicUsize::new(0),
         code: crate::output::CodeImage::default(),
@@ -768,6 +830,17 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
     };
     if SHARED.set(shared).is_err() {
         fail("plugin loaded twice");
+    }
+    if let Some(sh) = SHARED.get().filter(|sh| sh.opts.trace != TraceKind::Off && sh.drainer.is_none()) {
+        // PTTRACE_ENCODER=0 (for measurements): every block runs through the model on its vCPU.
+        if std::env::var_os("PTTRACE_ENCODER").is_none_or(|v| v != "0") {
+            let spawned = crate::output::with_all_signals_blocked(|| {
+                std::thread::Builder::new().name("pttrace-encoder".into()).spawn(move || sh.encoder_loop())
+            });
+            if let Err(e) = spawned {
+                fail(&format!("cannot start the encoder thread: {e}"));
+            }
+        }
     }
     qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {
         if let Some(sh) = SHARED.get() {
