@@ -29,6 +29,7 @@ test-unit: all
 
 test-corpus: all qemu
 	@bash tests/run-corpus.sh
+	@bash tests/stream-digests.sh
 	@bash tests/options.sh
 	@bash tests/run-guest.sh
 	@bash tests/signals.sh

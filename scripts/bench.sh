@@ -16,7 +16,10 @@ for p in calls lz sys; do
 done
 bash "$top/tests/corpus/build.sh" "$top/target/corpus/bin" >/dev/null
 cp "$top/target/corpus/bin/threads" "$bin/threads"
-plugin=$top/target/release/libpttrace.so
+plugin=${BENCH_PLUGIN:-$top/target/release/libpttrace.so}
+# BENCH_BASELINE=OLD/libpttrace.so: also time that build of the plugin (Intel PT, default options),
+# interleaved with the others, for before/after figures from one run (column "base").
+baseline=${BENCH_BASELINE:-}
 runs=${BENCH_RUNS:-7}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -24,10 +27,13 @@ trap 'rm -rf "$out"' EXIT
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 secs() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo $(( (e - s) / 1000 )); }
 
-# The floor of any design that runs code per executed block: QEMU's own test plugin bb.c (from the
+# For comparison: QEMU's own test plugin bb.c (from the
 # same Debian source package as the QEMU binary), counting blocks with a C callback per block
 # (inline=off) and with inline counters only (inline=on). Built here when the source is cached.
 floor_cb="" floor_inline=""
+# The floor of per-block work (issue 13): tests/bench/floor.c, one empty C execute callback per
+# block registered with QEMU_PLUGIN_CB_NO_REGS.
+floor_empty=""
 src=$(ls -d "${PTTRACE_CACHE:-$HOME/.cache/pttrace}"/src/qemu-*/tests/tcg/plugins 2>/dev/null | tail -1)
 if [ -n "$src" ] && [ -f "$src/bb.c" ]; then
   inc=$(dirname "$(dirname "$(dirname "$src")")")/include/qemu
@@ -35,17 +41,27 @@ if [ -n "$src" ] && [ -f "$src/bb.c" ]; then
   if gcc -O2 -shared -fPIC -I"$inc" $(pkg-config --cflags glib-2.0) "$src/bb.c" -o "$out/libbb.so" 2>/dev/null; then
     floor_cb="$out/libbb.so,inline=off" floor_inline="$out/libbb.so,inline=on"
   fi
+  # shellcheck disable=SC2046
+  if gcc -O2 -shared -fPIC -I"$inc" $(pkg-config --cflags glib-2.0) "$top/tests/bench/floor.c" -o "$out/libfloor.so"; then
+    floor_empty="$out/libfloor.so"
+  fi
 fi
 
-printf '%-12s %10s %10s %8s %8s %8s %9s %9s %12s %14s %10s\n' workload "plain(us)" "pt(us)" "pt" "off" "rtit" "bb-cb" "bb-inl" "PT bytes" "bytes/branch" "peak RSS"
+printf '%-12s %10s %10s %8s %8s %8s %8s %8s %9s %9s %10s %9s %12s %13s %10s\n' workload "plain(us)" "pt(us)" "floor" "pt" "base" "off" "rtit" "bb-cb" "bb-inl" "Mblocks/s" "PT MB/s" "PT bytes" "bytes/branch" "peak RSS"
 declare -A args=([calls]=30000000 [lz]=16 [sys]=2000000 [threads]="")
 for w in ${BENCH_WORKLOADS:-calls lz sys threads}; do
-  plain=() traced=() fcb=() finl=() offr=() rtitr=()
+  plain=() traced=() fcb=() finl=() offr=() rtitr=() fempty=() based=()
   for _ in $(seq "$runs"); do
     plain+=("$(secs "$qemu_dir/qemu-x86_64" "$bin/$w" ${args[$w]})")
     traced+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w" ${args[$w]})")
     offr+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,trace=off,out=$out/off-$w" "$bin/$w" ${args[$w]})")
     rtitr+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,trace=rtit,out=$out/rtit-$w" "$bin/$w" ${args[$w]})")
+    if [ -n "$baseline" ]; then
+      based+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$baseline,out=$out/base-$w" "$bin/$w" ${args[$w]})")
+    fi
+    if [ -n "$floor_empty" ]; then
+      fempty+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_empty" "$bin/$w" ${args[$w]})")
+    fi
     if [ -n "$floor_cb" ]; then
       fcb+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_cb" "$bin/$w" ${args[$w]})")
       finl+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_inline" "$bin/$w" ${args[$w]})")
@@ -54,26 +70,41 @@ for w in ${BENCH_WORKLOADS:-calls lz sys threads}; do
   p=$(printf '%s\n' "${plain[@]}" | median)
   t=$(printf '%s\n' "${traced[@]}" | median)
   ratio() { awk -v a="$1" -v b="$p" 'BEGIN { if (a > 0) printf "%.2fx", a / b; else print "n/a" }'; }
-  rcb=n/a rinl=n/a
+  rcb=n/a rinl=n/a rempty=n/a rbase=n/a
+  if [ -n "$baseline" ]; then
+    rbase=$(ratio "$(printf '%s\n' "${based[@]}" | median)")
+  fi
+  if [ -n "$floor_empty" ]; then
+    rempty=$(ratio "$(printf '%s\n' "${fempty[@]}" | median)")
+  fi
   if [ -n "$floor_cb" ]; then
     rcb=$(ratio "$(printf '%s\n' "${fcb[@]}" | median)")
     rinl=$(ratio "$(printf '%s\n' "${finl[@]}" | median)")
   fi
-  /usr/bin/time -o "$out/rss" -f '%M' "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w" ${args[$w]} >/dev/null 2>&1
+  /usr/bin/time -o "$out/rss" -f '%M' "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w" ${args[$w]} >/dev/null 2>"$out/$w.stderr"
   rss=$(tail -1 "$out/rss")
   bytes=$(cat "$out/$w"/thread-*.pt | wc -c)
+  # Throughput while tracing: executed blocks (the plugin's exit line) and trace bytes per second
+  # of the median traced run.
+  blocks=$(sed -n 's/^pttrace: .* \([0-9]*\) blocks.*/\1/p' "$out/$w.stderr" | tail -1)
+  bps=$(awk -v n="${blocks:-0}" -v us="$t" 'BEGIN { if (us > 0) printf "%.1f", n / us; else print "n/a" }')
+  mbps=$(awk -v n="$bytes" -v us="$t" 'BEGIN { if (us > 0) printf "%.1f", n / us; else print "n/a" }')
   # Retired branches: the changes of flow in libipt's decoded flow (pttrace decode --summary).
   branches=$("$top/target/release/pttrace" decode "$out/$w" --summary 2>&1 | sed -n "s/.* \([0-9]*\) branches.*/\1/p" | awk '{ s += $1 } END { print s + 0 }')
   per=$(awk -v b="$bytes" -v n="$branches" 'BEGIN { if (n > 0) printf "%.3f", b / n; else print "n/a" }')
-  printf '%-12s %10s %10s %8s %8s %8s %9s %9s %12s %14s %9sK\n' "$w" "$p" "$t" "$(ratio "$t")" \
+  printf '%-12s %10s %10s %8s %8s %8s %8s %8s %9s %9s %10s %9s %12s %13s %9sK\n' "$w" "$p" "$t" "$rempty" "$(ratio "$t")" "$rbase" \
     "$(ratio "$(printf '%s\n' "${offr[@]}" | median)")" "$(ratio "$(printf '%s\n' "${rtitr[@]}" | median)")" \
-    "$rcb" "$rinl" "$bytes" "$per" "$rss"
+    "$rcb" "$rinl" "$bps" "$mbps" "$bytes" "$per" "$rss"
 done
-echo "(median of $runs runs each; ratios against no plugin: pt = Intel PT tracing (default options), off = plugin"
-echo " loaded with trace=off, rtit = Atom RTIT tracing; hardware PT: ~0.14 bytes/branch)"
-echo "(bb-cb / bb-inl: QEMU's bb.c test plugin with a C callback per block / inline counters: the floor of"
-echo " per-block callbacks and of inline-only instrumentation)"
+echo "(median of $runs runs each; ratios against no plugin: floor = tests/bench/floor.c, an empty C callback per"
+echo " block (NO_REGS): the cost of any per-block design; pt = Intel PT tracing (default options), base = the same"
+echo " with the BENCH_BASELINE build of the plugin (n/a without), off = plugin"
+echo " loaded with trace=off, rtit = Atom RTIT tracing; Mblocks/s and PT MB/s: executed blocks and trace bytes"
+echo " per second of the median PT run; hardware PT: ~0.14 bytes/branch)"
+echo "(bb-cb / bb-inl: QEMU's bb.c test plugin with a C callback per block, which looks up a scoreboard entry"
+echo " every block, / inline counters only)"
 
+[ "${BENCH_SYSTEM:-1}" = 0 ] && exit 0
 # Full system: tests/guest/b_pt_loop.c times one branchy ring-0 workload three times with RDTSC:
 # untraced, with IA32_RTIT_CTL configured but TraceEn = 0, and with Intel PT on. Ratios against the
 # same guest without the plugin (median of the runs).

@@ -37,6 +37,14 @@ pub trait UserTracer {
     /// The instruction at `ip` (NLIP `nlip`) of class `kind` retired; execution continues at
     /// `next` in the same context.
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64);
+    /// Fast path for the block end `end` whose fixed successor `next` was taken (a
+    /// non-interrupted `branch` of no-COFI, conditional, direct JMP or CALL class): returns false,
+    /// having done nothing, when the tracer cannot take a shortcut and `branch` must run.
+    #[inline]
+    fn direct(&mut self, end: &DirectFlow, next: u64) -> bool {
+        let _ = (end, next);
+        false
+    }
     /// The far-transfer instruction at `ip` retired into context `to` at `next`.
     fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context);
     /// INT n at `ip` trapped to `handler` in context `to`.
@@ -63,6 +71,10 @@ impl UserTracer for Tracer {
     }
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
         Tracer::branch(self, ip, nlip, kind, next)
+    }
+    #[inline(always)]
+    fn direct(&mut self, end: &DirectFlow, next: u64) -> bool {
+        self.direct_steady(next, end.conditional, next != end.fall, end.push)
     }
     fn far_transfer(&mut self, _ip: u64, _nlip: u64, kind: FarKind, next: u64, to: Context) {
         Tracer::far_transfer(self, kind, next, to)
@@ -131,15 +143,67 @@ impl UserTracer for RtitStream {
     }
 }
 
-/// What the tracer needs to know about the last instruction of an executed block.
+/// What the tracer needs to know about the last instruction of an executed block, with what the
+/// per-block path needs precomputed at translation time (issue 13): the block's possible
+/// successors when they are fixed (straight-line code and direct branches) and what such a
+/// successor means for the trace (a TNT bit, a RET-compression push), so that the common case
+/// costs two compares and no dispatch on the instruction class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockEnd {
     /// The block's last instruction. When it is a REP string instruction QEMU re-enters it as a
     /// new block for further iterations, but it retires once.
     pub last: ClassifiedInsn,
+    direct: DirectFlow,
+}
+
+/// The outcome of a block whose last instruction has only fixed successors (no COFI, a
+/// conditional branch, a direct JMP or CALL), in the form [`UserTracer::direct`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectFlow {
+    /// Successors that need no further explanation (the same one twice for a single
+    /// successor); `NONE` for other classes (indirect transfers, far transfers, software
+    /// interrupts, REP string instructions), which take the general path.
+    pub target: u64,
+    pub fall: u64,
+    /// A conditional branch: one TNT bit, taken iff the successor is not `fall` (the NLIP).
+    pub conditional: bool,
+    /// The NLIP a direct CALL with a non-zero displacement pushes on the RET-compression stack
+    /// (§33.4.2.2: the `call next; pop` idiom is not pushed); 0 for none.
+    pub push: u64,
+}
+
+impl DirectFlow {
+    const NONE: u64 = u64::MAX;
+
+    fn of(last: &ClassifiedInsn) -> Self {
+        let nlip = last.nlip();
+        let none = DirectFlow { target: Self::NONE, fall: Self::NONE, conditional: false, push: 0 };
+        if last.rep_string {
+            return none;
+        }
+        match last.kind {
+            BranchKind::None | BranchKind::AlwaysFaults => DirectFlow { target: nlip, fall: nlip, conditional: false, push: 0 },
+            BranchKind::Conditional { target } => DirectFlow { target, fall: nlip, conditional: true, push: 0 },
+            BranchKind::DirectJump { target } => DirectFlow { target, fall: target, conditional: false, push: 0 },
+            BranchKind::DirectCall { target } => {
+                DirectFlow { target, fall: target, conditional: false, push: if target != nlip { nlip } else { 0 } }
+            }
+            _ => none,
+        }
+    }
+
+    /// Is `next` one of the fixed successors?
+    #[inline]
+    pub fn explains(&self, next: u64) -> bool {
+        (next == self.target) | (next == self.fall)
+    }
 }
 
 impl BlockEnd {
+    pub fn new(last: ClassifiedInsn) -> Self {
+        BlockEnd { last, direct: DirectFlow::of(&last) }
+    }
+
     /// Is `next` a possible successor of the last instruction without any interruption?
     fn explains(&self, next: u64) -> bool {
         let nlip = self.last.nlip();
@@ -176,8 +240,10 @@ impl BlockEnd {
 enum Position {
     /// Not yet in user code (thread start) or inside the kernel (after SYSCALL).
     Kernel,
-    /// The block with this end has been executed; its successor is not yet known.
-    After(BlockEnd),
+    /// The block with this end has been executed; its successor is not yet known. Block ends
+    /// are translation-time records that live as long as the process (the plugin keeps one per
+    /// translation), so the sequencer holds a reference, not a copy.
+    After(&'static BlockEnd),
 }
 
 /// Counters of how transitions were explained.
@@ -229,8 +295,17 @@ impl UserFlow {
     }
 
     /// A block starting at `pc` is about to execute; `end` describes its last instruction.
-    pub fn block<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, pc: u64, end: BlockEnd, probe: &mut impl SignalProbe) {
+    #[inline(always)]
+    pub fn block<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, pc: u64, end: &'static BlockEnd, probe: &mut impl SignalProbe) {
         self.stats.blocks += 1;
+        if let Position::After(prev) = self.pos {
+            // The common case: a fixed successor of straight-line code or a direct branch (a
+            // signal delivered there would be unexplained: see `resolve`).
+            if prev.direct.explains(pc) && tracer.direct(&prev.direct, pc) {
+                self.pos = Position::After(end);
+                return;
+            }
+        }
         match self.pos {
             Position::Kernel => tracer.far_transfer(KERNEL_EXIT, KERNEL_EXIT_NLIP, FarKind::Sysret, pc, Context::USER64),
             Position::After(prev) => self.resolve(tracer, prev, pc, probe),
@@ -238,7 +313,7 @@ impl UserFlow {
         self.pos = Position::After(end);
     }
 
-    fn resolve<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: BlockEnd, pc: u64, probe: &mut impl SignalProbe) {
+    fn resolve<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: &BlockEnd, pc: u64, probe: &mut impl SignalProbe) {
         let last = prev.last;
         if prev.enters_kernel() {
             self.stats.kernel_entries += 1;
@@ -273,7 +348,7 @@ impl UserFlow {
         }
     }
 
-    fn enter_kernel<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: BlockEnd) {
+    fn enter_kernel<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: &BlockEnd) {
         let (ip, nlip) = (prev.last.ip, prev.last.nlip());
         match prev.last.kind {
             BranchKind::SoftwareInterrupt => tracer.software_interrupt(ip, nlip, KERNEL_ENTRY, Context::KERNEL64),
@@ -311,8 +386,8 @@ mod tests {
         Tracer::new(TraceConfig { ctl, ..TraceConfig::default() }, Context::USER64).with_packet_log()
     }
 
-    fn end(ip: u64, len: u8, kind: BranchKind, rep_string: bool) -> BlockEnd {
-        BlockEnd { last: ClassifiedInsn { ip, len, kind, rep_string } }
+    fn end(ip: u64, len: u8, kind: BranchKind, rep_string: bool) -> &'static BlockEnd {
+        Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string })))
     }
 
     fn no_signal(_: u64) -> Option<u64> {

@@ -9,6 +9,10 @@ use pttrace_core::pt::rtit_ctl::{AddrCfg, AddrRange, RtitCtl};
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::user_flow::{BlockEnd, UserFlow};
 
+fn leak(e: BlockEnd) -> &'static BlockEnd {
+    Box::leak(Box::new(e))
+}
+
 use Packet::*;
 
 fn ip(c: C, payload: u64) -> IpPayload {
@@ -176,17 +180,13 @@ fn syscall_user_only_tip_pgd_noip_then_tip_pge_after_return() {
     let mut flow = UserFlow::default();
     flow.start(&mut t);
     let mut no_signal = |_pc: u64| None;
-    let syscall = BlockEnd {
-        last: ClassifiedInsn { ip: 0x401010, len: 2, kind: BranchKind::Far(FarKind::Syscall), rep_string: false },
-    };
-    let jmp = BlockEnd {
-        last: ClassifiedInsn {
+    let syscall: &BlockEnd = leak(BlockEnd::new(ClassifiedInsn { ip: 0x401010, len: 2, kind: BranchKind::Far(FarKind::Syscall), rep_string: false }));
+    let jmp: &BlockEnd = leak(BlockEnd::new(ClassifiedInsn {
             ip: 0x401020,
             len: 2,
             kind: BranchKind::DirectJump { target: 0x401000 },
             rep_string: false,
-        },
-    };
+        }));
     flow.block(&mut t, 0x401000, syscall, &mut no_signal);
     flow.block(&mut t, 0x401012, jmp, &mut no_signal);
     flow.finish(&mut t);
@@ -206,17 +206,13 @@ fn asynchronous_signal_is_fup_of_interrupted_ip_tip_pgd_then_tip_pge_at_handler(
     let mut t = tracer(user_cfg(), Context::USER64);
     let mut flow = UserFlow::default();
     flow.start(&mut t);
-    let jcc = BlockEnd {
-        last: ClassifiedInsn {
+    let jcc: &BlockEnd = leak(BlockEnd::new(ClassifiedInsn {
             ip: 0x401008,
             len: 2,
             kind: BranchKind::Conditional { target: 0x401000 },
             rep_string: false,
-        },
-    };
-    let handler_end = BlockEnd {
-        last: ClassifiedInsn { ip: 0x405000, len: 1, kind: BranchKind::Return, rep_string: false },
-    };
+        }));
+    let handler_end: &BlockEnd = leak(BlockEnd::new(ClassifiedInsn { ip: 0x405000, len: 1, kind: BranchKind::Return, rep_string: false }));
     // The loop block ran, then the kernel delivered a signal before the next block: the frame
     // says the Jcc was taken (resume at 0x401000).
     let mut probe = |pc: u64| (pc == 0x405000).then_some(0x401000);

@@ -162,3 +162,12 @@ impl HasCallbacks for PtTrace {
 fn register() {
     qemu_plugin::plugin::register_plugin(PtTrace);
 }
+
+/// The QEMU handle of a translation block, for registering plain `extern "C"` callbacks through
+/// the sys layer (the qemu-plugin crate only registers boxed closures and keeps the handle
+/// private). `TranslationBlock` is that handle plus a lifetime marker.
+pub(crate) fn tb_ptr(tb: &TranslationBlock) -> *mut qemu_plugin::sys::qemu_plugin_tb {
+    const _: () = assert!(std::mem::size_of::<TranslationBlock>() == std::mem::size_of::<usize>());
+    // SAFETY: same size (checked above); the struct's only non-zero-sized field is the handle.
+    unsafe { std::mem::transmute_copy::<TranslationBlock, usize>(tb) as *mut qemu_plugin::sys::qemu_plugin_tb }
+}

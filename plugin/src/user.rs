@@ -16,31 +16,58 @@ use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, RegisterDescriptor, TranslationBlock, VCPUIndex};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::cell::RefCell;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
-type SlotGuard = parking_lot::MutexGuard<'static, Option<VcpuTrace>>;
-
-/// Blocks a thread runs while keeping its own vCPU slot locked (see `HELD`).
-const HOLD_BLOCKS: u32 = 4096;
-
-thread_local! {
-    /// This thread's own vCPU slot, kept locked across consecutive callbacks so the per-block
-    /// hot path takes no lock (an uncontended lock/unlock pair cost ~25% of tracing time). It is
-    /// released every HOLD_BLOCKS callbacks and at every system call, so another thread that
-    /// needs the slot (execve flush, exit) waits microseconds at most, and never for a thread
-    /// blocked in the kernel.
-    static HELD: RefCell<Option<(u32, SlotGuard, u32)>> = const { RefCell::new(None) };
+/// One vCPU (= one guest thread in user mode) of the per-vCPU table.
+struct Slot {
+    state: Mutex<Option<VcpuTrace>>,
+    ring: Ring,
+    /// truth=1 only: the vCPU is inside a block it has recorded (set in the execute callback,
+    /// cleared at system calls and when it parks). A fatal signal's finisher waits for it, so the
+    /// trace and the truth log end at the same block (issue 20).
+    in_block: std::sync::atomic::AtomicBool,
 }
 
-/// Give up this thread's held slot lock, if any (before blocking, or locking slots directly).
-fn release_held() {
-    let _ = HELD.try_with(|h| h.borrow_mut().take());
+/// The executed blocks of one vCPU not yet run through the model (issue 13). The vCPU's own
+/// thread appends to it in the execute callback without a lock (`Shared::on_block`); whoever
+/// holds the slot's `state` lock runs the pending blocks through the model (`Shared::drain`):
+/// the vCPU itself when the ring is full or the trace becomes observable (system calls, signal
+/// handlers, thread exit), other threads at execve and at process exit. Producer-written and
+/// lock-protected fields share one cache line, which only the owning thread writes per block.
+#[repr(align(128))]
+struct Ring {
+    /// BATCH entries (null: the vCPU is not traced), allocated at the vCPU's first start.
+    entries: AtomicPtr<AtomicPtr<BlockInfo>>,
+    /// Entries written; only the owning thread stores it (Release: the entries before it are
+    /// visible to a drain on another thread).
+    len: AtomicUsize,
+    /// Entries already run through the model (under the `state` lock; written by the encoder
+    /// thread, so on its own cache line).
+    consumed: Padded,
+    /// The owner drains when `len` reaches this (BATCH, or 1 when the internal buffer's drain
+    /// follows the wall clock, whose credit must meet the blocks as they execute).
+    batch: AtomicUsize,
+}
+
+/// A value alone on its cache lines (adjacent-line prefetch pairs 64-byte lines).
+#[repr(align(128))]
+struct Padded(AtomicUsize);
+
+impl std::ops::Deref for Padded {
+    type Target = AtomicUsize;
+    fn deref(&self) -> &AtomicUsize {
+        &self.0
+    }
 }
 
 /// vCPU indices the per-vCPU table can hold (qemu-x86_64 gives each guest thread a vCPU).
 const MAX_VCPUS: usize = 4096;
+/// Executed blocks a vCPU's ring holds: when it is full the vCPU runs the rest through the
+/// model itself (64 KiB per vCPU).
+const BATCH: usize = 8192;
+/// Blocks the encoder thread takes from a ring at a time (fewer: it leaves them for later).
+const CHUNK: usize = 512;
 /// Trace bytes a vCPU accumulates before handing them to the writer.
 const HANDOFF_BYTES: usize = 256 * 1024;
 
@@ -87,8 +114,10 @@ pub struct Shared {
     /// signals a range edge (empty otherwise, so blocks carry no edge list).
     rtit_edges: Vec<u64>,
     out: Output,
-    vcpus: Box<[Mutex<Option<VcpuTrace>>]>,
+    vcpus: Box<[Slot]>,
     next_thread: AtomicU32,
+    /// One more than the highest vCPU index started (the encoder thread scans that many slots).
+    n_slots: AtomicUsize,
     handlers: RwLock<Vec<SignalAction>>,
     n_handlers: AtomicUsize,
     /// Translated code already written to code.img: block PC -> its bytes.
@@ -119,76 +148,209 @@ pub static SHARED: OnceLock<Shared> = OnceLock::new();
 const SIGFRAME_RIP_OFFSET: u64 = 8 + 40 + 16 * 8;
 
 impl Shared {
-    /// Run `f` on this thread's own vCPU slot, through the lock it holds (see `HELD`).
-    fn with_own_slot(&'static self, vcpu: VCPUIndex, f: impl FnOnce(&mut Option<VcpuTrace>)) {
+    /// The execute callback's work (issue 13): append the block's translation-time record to
+    /// the vCPU's ring, and run the model over the ring when it is full. The model's result does
+    /// not depend on when it runs, with one exception: a block that starts at a registered
+    /// signal handler needs the guest's stack as it is now (the signal frame), so it runs through
+    /// the model at once, after everything pending (`handler_block`). No lock, no allocation, no
+    /// thread-local, no panic guard: nothing here can panic; the model runs guarded, once per
+    /// batch.
+    #[inline(always)]
+    fn on_block(&'static self, vcpu: VCPUIndex, info: &'static BlockInfo) {
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
-        let _ = HELD.try_with(|h| {
-            let mut h = h.borrow_mut();
-            let reuse = matches!(&*h, Some((i, _, n)) if *i == vcpu && *n < HOLD_BLOCKS);
-            if !reuse {
-                *h = None; // unlock first: it may be this very slot
-                *h = Some((vcpu, slot.lock(), 0));
+        if fatal_signal::pending() {
+            // A default-fatal signal is being handled (issue 20): no more guest code here.
+            slot.in_block.store(false, Ordering::Release);
+            fatal_signal::park();
+        }
+        if self.opts.truth {
+            slot.in_block.store(true, Ordering::Relaxed);
+        }
+        if self.n_handlers.load(Ordering::Relaxed) != 0 && self.is_handler(info.pc) {
+            self.handler_block(slot, info);
+            return;
+        }
+        let ring = &slot.ring;
+        let entries = ring.entries.load(Ordering::Relaxed);
+        let len = ring.len.load(Ordering::Relaxed);
+        if entries.is_null() || len >= BATCH {
+            return; // not traced (a full ring is drained before the callback returns)
+        }
+        // SAFETY: `entries` points to BATCH entries that are never freed, and len < BATCH.
+        unsafe { &*entries.add(len) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
+        ring.len.store(len + 1, Ordering::Release);
+        if len + 1 >= ring.batch.load(Ordering::Relaxed) {
+            if forked_child() {
+                // A forked child is not traced, and a lock another thread held at the fork
+                // stays locked in the child: never wait for one there.
+                ring.len.store(0, Ordering::Relaxed);
+                return;
             }
-            if let Some((_, guard, n)) = h.as_mut() {
-                *n += 1;
-                f(guard);
-            }
-        });
+            self.drain_own(slot);
+        }
     }
 
-    fn on_block(&'static self, vcpu: VCPUIndex, info: &BlockInfo) {
+    /// The encoder thread (issue 13): runs the vCPUs' recorded blocks through the model while
+    /// they keep executing, CHUNK blocks at a time under each slot's lock, so the model's work
+    /// overlaps the guest's on a second host CPU. It never waits for a vCPU (try_lock); it reads
+    /// a ring's published length once per pass (the producer's cache line moves at most once per
+    /// pass, not per block), spins briefly while work may come, and sleeps when none did.
+    fn encoder_loop(&'static self) {
+        let mut idle = 0u32;
+        loop {
+            let n = self.n_slots.load(Ordering::Relaxed).min(self.vcpus.len());
+            let mut worked = false;
+            for slot in &self.vcpus[..n] {
+                let ring = &slot.ring;
+                if ring.len.load(Ordering::Relaxed) >= ring.consumed.load(Ordering::Relaxed) + CHUNK {
+                    if let Some(mut state) = slot.state.try_lock() {
+                        self.drain(ring, state.as_mut(), false);
+                        worked = true;
+                    }
+                }
+            }
+            if worked {
+                idle = 0;
+            } else if idle < 200 {
+                // Work may come within microseconds while a vCPU runs (a chunk is ~2-10 us of guest
+                // execution): wait without a system call.
+                idle += 1;
+                for _ in 0..200 {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// The owning thread runs its ring through the model and empties it.
+    #[inline(never)]
+    fn drain_own(&self, slot: &Slot) {
+        let mut state = slot.state.lock();
+        self.drain(&slot.ring, state.as_mut(), true);
+    }
+
+    /// A block at a registered signal handler: everything pending first, then this block with
+    /// the signal probe, which reads the guest's stack now.
+    #[cold]
+    #[inline(never)]
+    fn handler_block(&self, slot: &Slot, info: &'static BlockInfo) {
         if forked_child() {
             return;
         }
-        if fatal_signal::pending() {
-            release_held();
-            fatal_signal::park();
-        }
-        self.with_own_slot(vcpu, |slot| self.on_block_locked(slot, info));
+        let mut state = slot.state.lock();
+        self.drain(&slot.ring, state.as_mut(), true);
+        let Some(v) = state.as_mut() else { return };
+        let rsp = v.rsp.take();
+        let mut probe = |pc: u64| self.signal_resume_ip(pc, rsp.as_ref());
+        guarded("block callback", || self.run_block(v, info, &mut probe));
+        v.rsp = rsp;
     }
 
-    fn on_block_locked(&self, slot: &mut Option<VcpuTrace>, info: &BlockInfo) {
-        let Some(v) = slot.as_mut() else { return };
-        v.icount += info.n_insns;
-        let rsp = v.rsp.as_ref();
-        let mut probe = |pc: u64| self.signal_resume_ip(pc, rsp);
-        match &mut v.tracer {
-            ThreadTracer::Pt(t) => {
-                t.set_tsc(v.icount);
-                v.flow.block(t, info.pc, info.end, &mut probe);
-                // Drain progress of the internal buffer (issue 7): the block's instructions
-                // (deterministic) or the drainer thread's grant.
-                if self.opts.buffer.is_some() {
-                    match v.credit.as_mut() {
-                        Some(c) => t.credit_from(c),
-                        None => t.credit(info.n_insns),
+    #[inline(never)]
+    fn is_handler(&self, pc: u64) -> bool {
+        self.handlers.read().iter().any(|h| h.handler == pc)
+    }
+
+    /// Run the pending blocks of `ring` through the model of `v`, oldest first (one panic guard
+    /// per batch). The caller holds the slot's `state` lock. `own`: called on the ring's own
+    /// thread, which empties it; another thread only marks the entries it ran as consumed (the
+    /// owner may be appending meanwhile).
+    fn drain(&self, ring: &Ring, v: Option<&mut VcpuTrace>, own: bool) {
+        let len = ring.len.load(Ordering::Acquire).min(BATCH);
+        let from = ring.consumed.load(Ordering::Relaxed).min(len);
+        if own {
+            ring.consumed.store(0, Ordering::Relaxed);
+            ring.len.store(0, Ordering::Relaxed);
+        } else {
+            ring.consumed.store(len, Ordering::Relaxed);
+        }
+        let entries = ring.entries.load(Ordering::Relaxed);
+        let (Some(v), false) = (v, entries.is_null() || from == len || forked_child()) else { return };
+        // SAFETY: BATCH entries that are never freed; [from, len) were written by the owner
+        // before it published `len` (Acquire above).
+        let pending = unsafe { std::slice::from_raw_parts(entries.add(from), len - from) };
+        guarded("trace encoder", || {
+            // SAFETY: every entry is a leaked `&'static BlockInfo` (`translate`).
+            let blocks = pending.iter().filter_map(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
+            let mut no_signal = |_: u64| None;
+            let mut icount = v.icount;
+            match &mut v.tracer {
+                ThreadTracer::Pt(t) => {
+                    for info in blocks {
+                        icount += info.n_insns;
+                        t.set_tsc(icount);
+                        v.flow.block(t, info.pc, &info.end, &mut no_signal);
+                        self.pt_credit(t, &mut v.credit, info);
                     }
                 }
-                if t.output().len() >= HANDOFF_BYTES {
-                    self.out.send(FileKey::Pt(v.thread), t.take_output());
+                ThreadTracer::Rtit(r) => {
+                    for info in blocks {
+                        icount += info.n_insns;
+                        r.tracer.set_tsc(icount);
+                        v.flow.block(r, info.pc, &info.end, &mut no_signal);
+                        for &ip in info.edges.iter() {
+                            r.tracer.linear(ip);
+                        }
+                    }
                 }
             }
-            ThreadTracer::Rtit(r) => {
-                r.tracer.set_tsc(v.icount);
-                v.flow.block(r, info.pc, info.end, &mut probe);
-                for &ip in info.edges.iter() {
-                    r.tracer.linear(ip);
-                }
-                if r.output_len() >= HANDOFF_BYTES {
-                    self.out.send(FileKey::Rtit(v.thread), r.take_output());
-                }
+            v.icount = icount;
+            self.hand_off(v);
+        });
+    }
+
+    /// Drain progress of the internal buffer (issue 7) after a block: the block's instructions
+    /// (deterministic) or the drainer thread's grant.
+    #[inline(always)]
+    fn pt_credit(&self, t: &mut Tracer, credit: &mut Option<pttrace_core::pt::internal_buffer::DrainCredit>, info: &BlockInfo) {
+        if self.opts.buffer.is_some() {
+            match credit.as_mut() {
+                Some(c) => t.credit_from(c),
+                None => t.credit(info.n_insns),
             }
         }
-        // Bounded-interval flush (issue 20): hand everything buffered to the writer.
+    }
+
+    /// Hand the trace bytes to the writer once HANDOFF_BYTES have accumulated, and everything
+    /// buffered (stream and truth) once per flush interval (issue 20).
+    fn hand_off(&self, v: &mut VcpuTrace) {
         let epoch = fatal_signal::epoch();
         if epoch != v.epoch {
             v.epoch = epoch;
-            self.hand_off(v);
+            self.hand_off_all(v);
+            return;
+        }
+        let key = v.tracer.key(v.thread);
+        let t = v.tracer.as_user_tracer();
+        if t.output_len() >= HANDOFF_BYTES {
+            self.out.send(key, t.take_output());
         }
     }
 
-    /// Give the writer this thread's buffered stream and truth bytes.
-    fn hand_off(&self, v: &mut VcpuTrace) {
+    /// One executed block through the sequencer and the trace model.
+    fn run_block(&self, v: &mut VcpuTrace, info: &'static BlockInfo, probe: &mut impl FnMut(u64) -> Option<u64>) {
+        v.icount += info.n_insns;
+        match &mut v.tracer {
+            ThreadTracer::Pt(t) => {
+                t.set_tsc(v.icount);
+                v.flow.block(t, info.pc, &info.end, probe);
+                self.pt_credit(t, &mut v.credit, info);
+            }
+            ThreadTracer::Rtit(r) => {
+                r.tracer.set_tsc(v.icount);
+                v.flow.block(r, info.pc, &info.end, probe);
+                for &ip in info.edges.iter() {
+                    r.tracer.linear(ip);
+                }
+            }
+        }
+        self.hand_off(v);
+    }
+
+    /// Give the writer this thread's buffered stream and truth bytes (issue 20).
+    fn hand_off_all(&self, v: &mut VcpuTrace) {
         let key = v.tracer.key(v.thread);
         let bytes = v.tracer.as_user_tracer().take_output();
         self.out.send(key, bytes);
@@ -220,7 +382,9 @@ impl Shared {
         if forked_child() {
             return;
         }
-        self.with_own_slot(vcpu, |slot| self.on_truth_locked(slot, ip, rep_string));
+        if let Some(slot) = self.vcpus.get(vcpu as usize) {
+            self.on_truth_locked(&mut slot.state.lock(), ip, rep_string);
+        }
     }
 
     fn on_truth_locked(&self, slot: &mut Option<VcpuTrace>, ip: u64, rep_string: bool) {
@@ -284,8 +448,20 @@ impl Shared {
             last_truth_ip: u64::MAX,
             epoch: fatal_signal::epoch(),
         };
-        release_held();
-        let old = slot.lock().replace(v);
+        let ring = &slot.ring;
+        if ring.entries.load(Ordering::Relaxed).is_null() {
+            // Kept for the process: a later thread may get this vCPU index again.
+            let entries: &'static [AtomicPtr<BlockInfo>] =
+                Box::leak((0..BATCH).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect());
+            ring.entries.store(entries.as_ptr() as *mut AtomicPtr<BlockInfo>, Ordering::Relaxed);
+        }
+        ring.batch.store(if self.drainer.is_some() { 1 } else { BATCH }, Ordering::Relaxed);
+        self.n_slots.fetch_max(vcpu as usize + 1, Ordering::Relaxed);
+        let old = {
+            let mut state = slot.state.lock();
+            self.drain(ring, state.as_mut(), true);
+            state.replace(v)
+        };
         if let Some(old) = old {
             self.finish(old);
         }
@@ -298,13 +474,20 @@ impl Shared {
         let Some(slot) = self.vcpus.get(vcpu as usize) else {
             return;
         };
-        release_held();
-        let v = slot.lock().take();
-        if let Some(v) = v {
+        if let Some(v) = self.take_drained(slot, true) {
             self.finish(v);
         }
     }
 
+    /// The slot's trace, with every block recorded so far run through the model (`own`: on
+    /// the vCPU's own thread, see `drain`).
+    fn take_drained(&self, slot: &Slot, own: bool) -> Option<VcpuTrace> {
+        let mut state = slot.state.lock();
+        self.drain(&slot.ring, state.as_mut(), own);
+        state.take()
+    }
+
+    /// The end of a thread's trace: pending packets, the stream's last bytes, the counters.
     fn finish(&self, mut v: VcpuTrace) {
         let key = v.tracer.key(v.thread);
         let (bytes, packets, psbs) = {
@@ -340,6 +523,16 @@ impl Shared {
 
     /// A default-fatal signal ends the run (`fatal_signal`): finish like at exit.
     fn on_fatal_signal(&self, sig: i32) {
+        // With truth=1, a vCPU in the middle of a block still logs its instructions: wait until
+        // each has parked at its next block or system call (microseconds; bounded at 2 s).
+        if self.opts.truth {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            for slot in self.vcpus.iter().take(self.n_slots.load(Ordering::Relaxed)) {
+                while slot.in_block.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            }
+        }
         self.finish_run(&format!("signal {sig}"));
     }
 
@@ -351,9 +544,9 @@ impl Shared {
         }
         let n = (self.next_thread.load(Ordering::Relaxed) as usize).min(self.vcpus.len());
         for slot in self.vcpus.iter().take(n) {
-            if let Some(mut g) = slot.try_lock() {
+            if let Some(mut g) = slot.state.try_lock() {
                 if let Some(v) = g.as_mut() {
-                    self.hand_off(v);
+                    self.hand_off_all(v);
                 }
             }
         }
@@ -374,11 +567,9 @@ impl Shared {
             );
             return;
         }
-        // Other threads give up their slots within HOLD_BLOCKS blocks or at their next syscall.
-        release_held();
+        // QEMU unregistered every callback before this one: no vCPU appends to its ring any more.
         for slot in self.vcpus.iter() {
-            let v = slot.lock().take();
-            if let Some(v) = v {
+            if let Some(v) = self.take_drained(slot, false) {
                 self.finish(v);
             }
         }
@@ -435,20 +626,25 @@ impl Shared {
         } else {
             insns.iter().skip(1).map(|(ip, _)| *ip).filter(|ip| self.rtit_edges.contains(ip)).collect()
         };
-        let info = Arc::new(BlockInfo {
+        // Kept for the life of the process: QEMU does not say when a translation is freed (the
+        // qemu-plugin crate's closures are leaked the same way).
+        let info: &'static BlockInfo = Box::leak(Box::new(BlockInfo {
             pc,
             n_insns: insns.len() as u64,
-            end: BlockEnd { last },
+            end: BlockEnd::new(last),
             edges,
-        });
-        tb.register_execute_callback_flags(
-            move |vcpu| {
-                if let Some(sh) = SHARED.get() {
-                    guarded("block callback", || sh.on_block(vcpu, &info));
-                }
-            },
-            CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
-        );
+        }));
+        // A plain C function with the block's record as user data: no boxed closure to call
+        // through per block. R_REGS: the signal probe reads RSP.
+        // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
+        unsafe {
+            qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cb(
+                crate::tb_ptr(tb),
+                Some(on_block_exec),
+                CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
+                info as *const BlockInfo as *mut std::ffi::c_void,
+            );
+        }
         if self.opts.truth {
             for (i, insn) in tb.instructions().enumerate() {
                 let ip = insns[i].0;
@@ -471,9 +667,10 @@ impl Shared {
     /// now (TIP.PGD), and every buffered byte is written before the syscall runs. If execve
     /// fails, the thread resumes with a TIP.PGE like after any syscall.
     fn flush_for_exec(&self, vcpu: VCPUIndex) {
-        release_held();
         for (i, slot) in self.vcpus.iter().enumerate() {
-            let mut guard = slot.lock();
+            let mut guard = slot.state.lock();
+            // Other threads' blocks recorded so far go out too (they may keep running).
+            self.drain(&slot.ring, guard.as_mut(), i == vcpu as usize);
             let Some(v) = guard.as_mut() else { continue };
             let key = v.tracer.key(v.thread);
             let t = v.tracer.as_user_tracer();
@@ -506,14 +703,20 @@ impl Shared {
         }
     }
 
-    pub(crate) fn syscall(&self, vcpu: VCPUIndex, num: i64, a: [u64; 6]) {
-        // The thread may block in the kernel now: nobody must wait for its slot meanwhile.
-        release_held();
+    pub(crate) fn syscall(&'static self, vcpu: VCPUIndex, num: i64, a: [u64; 6]) {
         if forked_child() {
             return;
         }
+        if let Some(slot) = self.vcpus.get(vcpu as usize) {
+            slot.in_block.store(false, Ordering::Release);
+        }
         if fatal_signal::pending() {
             fatal_signal::park();
+        }
+        // The system call may observe the trace (execve, exit) or block for long: the blocks
+        // recorded so far go through the model now.
+        if let Some(slot) = self.vcpus.get(vcpu as usize) {
+            self.drain_own(slot);
         }
         match num {
             // execve, execveat
@@ -552,7 +755,6 @@ impl Shared {
         }
         if fatal_signal::pending() {
             // A signal the program sent itself: the thread dies in the kernel.
-            release_held();
             fatal_signal::park();
         }
         // rt_sigaction: QEMU re-installed the host action of the signal (issue 20).
@@ -591,6 +793,15 @@ impl ThreadTracer {
             ThreadTracer::Pt(t) => t,
             ThreadTracer::Rtit(r) => r,
         }
+    }
+}
+
+/// The execute callback of every translated block (user data: its `BlockInfo`).
+extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
+    // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
+    let info = unsafe { &*(info as *const BlockInfo) };
+    if let Some(sh) = SHARED.get() {
+        sh.on_block(vcpu, info);
     }
 }
 
@@ -693,8 +904,20 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         rtit_edges,
         opts,
         out,
-        vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
+        vcpus: (0..MAX_VCPUS)
+            .map(|_| Slot {
+                in_block: std::sync::atomic::AtomicBool::new(false),
+                state: Mutex::new(None),
+                ring: Ring {
+                    entries: AtomicPtr::new(std::ptr::null_mut()),
+                    len: AtomicUsize::new(0),
+                    consumed: Padded(AtomicUsize::new(0)),
+                    batch: AtomicUsize::new(BATCH),
+                },
+            })
+            .collect(),
         next_thread: AtomicU32::new(1),
+        n_slots: AtomicUsize::new(0),
         handlers: RwLock::new(Vec::new()),
         n_handlers: AtomicUsize::new(0),
         code: crate::output::CodeImage::default(),
@@ -724,6 +947,17 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
                 },
             )
             .unwrap_or_else(|e| fail(&format!("cannot start the finisher thread: {e}")));
+        }
+    }
+    if let Some(sh) = SHARED.get().filter(|sh| sh.opts.trace != TraceKind::Off && sh.drainer.is_none()) {
+        // PTTRACE_ENCODER=0 (for measurements): every block runs through the model on its vCPU.
+        if std::env::var_os("PTTRACE_ENCODER").is_none_or(|v| v != "0") {
+            let spawned = crate::output::with_all_signals_blocked(|| {
+                std::thread::Builder::new().name("pttrace-encoder".into()).spawn(move || sh.encoder_loop())
+            });
+            if let Err(e) = spawned {
+                fail(&format!("cannot start the encoder thread: {e}"));
+            }
         }
     }
     qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {

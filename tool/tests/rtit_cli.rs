@@ -52,7 +52,7 @@ fn rtit_stream(ctl: impl FnOnce(&mut RtitConfig)) -> Vec<u8> {
     for (n, (pc, last)) in blocks.into_iter().enumerate() {
         let insn = classify(&PROGRAM[(last - BASE) as usize..], last, 64).unwrap();
         s.tracer.set_tsc(n as u64 * 100);
-        flow.block(&mut s, pc, BlockEnd { last: insn }, &mut |_: u64| None);
+        flow.block(&mut s, pc, Box::leak(Box::new(BlockEnd::new(insn))), &mut |_: u64| None);
     }
     flow.finish(&mut s);
     s.take_output()

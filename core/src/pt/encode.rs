@@ -279,7 +279,8 @@ fn push_le(v: u64, n: usize, out: &mut Vec<u8>) {
 
 /// SDM §33.4.2.1 short TNT: results in bits count..1 (oldest highest), stop bit at count+1,
 /// bit 0 = 0.
-fn push_tnt_short(bits: u64, count: u8, out: &mut Vec<u8>) {
+#[inline]
+pub(crate) fn push_tnt_short(bits: u64, count: u8, out: &mut Vec<u8>) {
     let payload = (bits & low_bits(u32::from(count))) | (1 << count);
     out.push((payload << 1) as u8);
 }

@@ -25,6 +25,19 @@ impl TntBuffer {
         }
     }
 
+    /// `push(taken)` if `present`, nothing otherwise, without a branch on either.
+    #[inline]
+    pub fn push_if(&mut self, present: bool, taken: bool) -> Option<(u8, u8)> {
+        let p = u8::from(present);
+        self.bits = (self.bits << p) | (u8::from(taken) & p);
+        self.count += p;
+        if self.count == SHORT_TNT_BITS {
+            self.take()
+        } else {
+            None
+        }
+    }
+
     /// Take the pending results, oldest in the highest bit, if any.
     pub fn take(&mut self) -> Option<(u8, u8)> {
         if self.count == 0 {
@@ -59,6 +72,18 @@ mod tests {
         }
         assert_eq!(t.push(true), Some((0b100001, 6)));
         assert_eq!(t.take(), None);
+    }
+
+    #[test]
+    fn push_if_absent_changes_nothing() {
+        let mut t = TntBuffer::default();
+        t.push(true);
+        assert_eq!(t.push_if(false, true), None);
+        assert_eq!(t.pending(), 1);
+        for _ in 0..4 {
+            assert_eq!(t.push_if(true, false), None);
+        }
+        assert_eq!(t.push_if(true, true), Some((0b100001, 6)));
     }
 
     #[test]

@@ -171,6 +171,8 @@ pub struct Tracer {
     resume_ip: u64,
     /// The next IP packet must not be compressed against last-IP (the first one after OVF).
     full_ip_next: bool,
+    /// `without_shortcuts`: every event takes the general path (the reference for tests).
+    no_shortcuts: bool,
 }
 
 impl Tracer {
@@ -199,7 +201,16 @@ impl Tracer {
             ibuf: None,
             resume_ip: 0,
             full_ip_next: false,
+            no_shortcuts: false,
         }
+    }
+
+    /// Never take the steady-state shortcuts of `branch` and `direct_steady` (issue 13): the
+    /// general evaluation of every event, the reference the shortcuts must equal byte for byte
+    /// (differential tests).
+    pub fn without_shortcuts(mut self) -> Self {
+        self.no_shortcuts = true;
+        self
     }
 
     /// Route packets through a bounded internal buffer with the drain model of `cfg`, and
@@ -431,6 +442,15 @@ impl Tracer {
 
     // ---- enable logic (§33.2.6) ----
 
+    /// No internal buffer, no ADDRn range in use (FilterEn = 1, no TraceStop), no MTC and no
+    /// CYC: a near branch with PacketEn = 1 produces only its COFI packets (`branch`).
+    fn steady(&self) -> bool {
+        const CYC_EN: u64 = 1 << 1;
+        const MTC_EN: u64 = 1 << 9;
+        const ADDR_CFG: u64 = 0xFFFF << 32;
+        self.ibuf.is_none() && self.cfg.ctl.0 & (CYC_EN | MTC_EN | ADDR_CFG) == 0 && !self.no_shortcuts
+    }
+
     /// TriggerEn = TraceEn & !Stopped (no PTTT/trigger inputs are modelled).
     fn trigger_en(&self) -> bool {
         self.cfg.ctl.trace_en() && !self.stopped
@@ -506,6 +526,20 @@ impl Tracer {
     fn tnt_bit(&mut self, taken: bool) {
         self.stats.tnt_bits += 1;
         if let Some((bits, count)) = self.tnt.push(taken) {
+            self.emit_tnt(bits, count);
+        }
+    }
+
+    /// A full short TNT (the most frequent packet): `emit_raw` without the generic encoder when
+    /// nothing but the output sees it.
+    #[inline]
+    fn emit_tnt(&mut self, bits: u8, count: u8) {
+        if self.ibuf.is_none() && self.log.is_none() {
+            super::encode::push_tnt_short(u64::from(bits), count, &mut self.out);
+            self.stats.packets += 1;
+            self.stats.bytes += 1;
+            self.psb_bytes += 1;
+        } else {
             self.emit_raw(Packet::Tnt { bits, count });
         }
     }
@@ -722,6 +756,17 @@ impl Tracer {
     /// and execution continues at `next`.
     pub fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
         let _ = ip;
+        if self.packet_en && self.steady() {
+            // PacketEn = 1 implies TriggerEn = 1 and that ContextEn and FilterEn held at the last
+            // evaluation; a near branch changes neither the context nor (without ranges) FilterEn,
+            // so PacketEn stays 1, and without MTC/CYC or an internal buffer nothing but the
+            // COFI's own packets and a due PSB+ can follow: the general path below, minus the
+            // evaluations whose outcome is known (issue 13: this is most blocks of a trace).
+            self.resume_ip = next;
+            self.cofi_packets(nlip, kind, next);
+            self.maybe_psb(next);
+            return;
+        }
         self.service_overflow();
         self.resume_ip = next;
         if !self.trigger_en() {
@@ -769,6 +814,29 @@ impl Tracer {
             (false, false) => {}
         }
         self.maybe_psb(next);
+    }
+
+    /// `branch` for straight-line code, a conditional branch (`conditional`; `taken`: the
+    /// successor is not the NLIP) or a direct JMP/CALL (`push`: the NLIP a CALL pushes on the
+    /// RET-compression stack, 0 for none) in the steady state (PacketEn = 1, `steady`), where
+    /// the general path reduces to exactly this; returns false, having done nothing, otherwise.
+    /// Written without branches on the guest's outcome: the host would mispredict them as often
+    /// as the guest's own branches go either way.
+    #[inline(always)]
+    pub fn direct_steady(&mut self, next: u64, conditional: bool, taken: bool, push: u64) -> bool {
+        if !(self.packet_en && self.steady()) {
+            return false;
+        }
+        self.resume_ip = next;
+        self.stats.tnt_bits += u64::from(conditional);
+        if let Some((bits, count)) = self.tnt.push_if(conditional, taken) {
+            self.emit_tnt(bits, count);
+        }
+        if push != 0 {
+            self.ret.push(push);
+        }
+        self.maybe_psb(next);
+        true
     }
 
     fn cofi_packets(&mut self, nlip: u64, kind: BranchKind, next: u64) {
