@@ -4,6 +4,7 @@
 //! Classification is done once per instruction at translation time with iced-x86's decoder,
 //! so the execution-time hot path only looks at a precomputed `BranchKind`.
 
+use crate::pt::packet::ExecMode;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
 /// Far transfers (§33.2.1.3) by instruction.
@@ -219,6 +220,80 @@ fn kind_of(insn: &Instruction) -> BranchKind {
     }
 }
 
+/// The execution modes (16-, 32-, 64-bit code) a translated block is consistent with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ModeSet(pub u8);
+
+impl ModeSet {
+    pub const ALL: ModeSet = ModeSet(7);
+    fn bit(mode: ExecMode) -> u8 {
+        match mode {
+            ExecMode::Bit16 => 1,
+            ExecMode::Bit32 => 2,
+            ExecMode::Bit64 => 4,
+        }
+    }
+    pub fn contains(self, mode: ExecMode) -> bool {
+        self.0 & Self::bit(mode) != 0
+    }
+    pub fn with(self, mode: ExecMode) -> ModeSet {
+        ModeSet(self.0 | Self::bit(mode))
+    }
+    /// The only mode in the set, if exactly one.
+    pub fn single(self) -> Option<ExecMode> {
+        match self.0 {
+            1 => Some(ExecMode::Bit16),
+            2 => Some(ExecMode::Bit32),
+            4 => Some(ExecMode::Bit64),
+            _ => None,
+        }
+    }
+}
+
+/// The modes in which the block's bytes decode into exactly QEMU's instruction boundaries
+/// (`insns`: each instruction's bytes as QEMU translated them). The operand- and address-size
+/// defaults follow CS.D and CS.L (SDM Vol. 1 §3.6, Vol. 3A §3.4.5), so the lengths QEMU
+/// decoded tell which modes it translated in.
+pub fn consistent_modes<'a>(insns: impl IntoIterator<Item = &'a [u8]> + Clone) -> ModeSet {
+    let mut set = ModeSet::default();
+    for (mode, bitness) in [(ExecMode::Bit16, 16), (ExecMode::Bit32, 32), (ExecMode::Bit64, 64)] {
+        let ok = insns.clone().into_iter().all(|bytes| {
+            let insn = Decoder::new(bitness, bytes, DecoderOptions::NONE).decode();
+            !insn.is_invalid() && insn.len() == bytes.len()
+        });
+        if ok {
+            set = set.with(mode);
+        }
+    }
+    set
+}
+
+/// The mode a block runs in. `descriptor`: the mode the CS descriptor in the remembered GDT
+/// says; `consistent`: the modes the block's translation is consistent with; `lma`/`pe`:
+/// IA32_EFER.LMA and CR0.PE; `proven`: the mode an unambiguous block proved since the last
+/// event that can change CS (far transfer, interrupt, MOV CR0, ...).
+/// SDM Vol. 3A §2.2, §9.8.5: 64-bit mode needs EFER.LMA = 1 (and CS.L); real mode is 16-bit.
+pub fn choose_mode(descriptor: ExecMode, consistent: ModeSet, lma: bool, pe: bool, proven: Option<ExecMode>) -> ExecMode {
+    let mut possible = consistent;
+    if !lma {
+        possible = ModeSet(possible.0 & !4);
+    }
+    if !pe {
+        return ExecMode::Bit16;
+    }
+    if possible.contains(descriptor) {
+        return descriptor;
+    }
+    if let Some(m) = possible.single() {
+        return m;
+    }
+    if let Some(p) = proven.filter(|&p| possible.contains(p)) {
+        return p;
+    }
+    // Two modes remain (or none): prefer 32-bit protected mode, then the descriptor.
+    [ExecMode::Bit32, ExecMode::Bit16, ExecMode::Bit64].into_iter().find(|&m| possible.contains(m)).unwrap_or(descriptor)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +352,35 @@ mod tests {
         assert_eq!((r.base, r.displacement), (None, 0x1017));
         assert!(memory_operand(&[0x90], 0, 64).is_none());
         assert!(!classify(&[0xA4], 0, 64).unwrap().rep_string); // movsb
+    }
+
+    #[test]
+    fn consistent_modes_from_boundaries() {
+        // call rel32 (E8 + 4 bytes) is 5 bytes in 32/64-bit code, 3 (rel16) in 16-bit code.
+        let call: &[u8] = &[0xE8, 0x10, 0x00, 0x00, 0x00];
+        assert_eq!(consistent_modes([call]), ModeSet(2 | 4));
+        assert_eq!(consistent_modes([&call[..3]]), ModeSet(1));
+        // mov eax, imm32 then dec eax (0x48 is a REX prefix in 64-bit mode).
+        let mov: &[u8] = &[0xB8, 1, 0, 0, 0];
+        let dec: &[u8] = &[0x48];
+        assert_eq!(consistent_modes([mov, dec]), ModeSet(2));
+        assert_eq!(consistent_modes([&[0x90u8][..]]), ModeSet::ALL);
+    }
+
+    #[test]
+    fn choose_mode_rules() {
+        use ExecMode::*;
+        let m = |bits| ModeSet(bits);
+        // The reported case: descriptor says 16-bit, block only consistent with 32/64, LMA=0.
+        assert_eq!(choose_mode(Bit16, m(6), false, true, None), Bit32);
+        // Live mode consistent: kept.
+        assert_eq!(choose_mode(Bit64, m(6), true, true, None), Bit64);
+        // Real mode is 16-bit whatever.
+        assert_eq!(choose_mode(Bit32, m(7), false, false, None), Bit16);
+        // Ambiguous: proven mode wins over the inconsistent descriptor.
+        assert_eq!(choose_mode(Bit64, m(3), false, true, Some(Bit16)), Bit16);
+        assert_eq!(choose_mode(Bit64, m(3), false, true, None), Bit32);
+        // All consistent, nothing proven: the descriptor.
+        assert_eq!(choose_mode(Bit16, m(7), false, true, None), Bit16);
     }
 }
