@@ -21,7 +21,7 @@ use crate::{fail, guarded};
 use parking_lot::Mutex;
 use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUGCTL, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
-use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, FarKind, SystemOp};
+use pttrace_core::insn_class::{choose_mode, classify, consistent_modes, memory_operand, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
 use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
@@ -177,6 +177,9 @@ struct BlockInfo {
     /// The block's COFI classified as 16-, 32- and 64-bit code; the vCPU's current mode picks one
     /// (the translation callback does not know the mode QEMU translated in).
     by_mode: [&'static SysBlock; 3],
+    /// The modes whose decoding matches the instruction boundaries QEMU translated the block
+    /// with (the mode QEMU translated in is one of them).
+    modes: ModeSet,
 }
 
 
@@ -223,6 +226,11 @@ struct Vcpu {
     regs: Regs,
     /// GDTR.base as last loaded by LGDT (for CS.L / CS.D).
     gdt_base: Option<u64>,
+    /// The modes the current block's translation is consistent with.
+    cur_modes: ModeSet,
+    /// The mode an unambiguous block proved, with the (CS, CR0.PE, EFER.LMA) it ran with: valid
+    /// until one of them changes (far transfer, interrupt, IRET, MOV CR0, ...).
+    proven: Option<(ExecMode, (u64, u64, u64))>,
     /// IDTR.base as last loaded by LIDT (to re-deliver a faulting RDPMC's #UD as #GP).
     idt_base: Option<u64>,
     pending: Pending,
@@ -326,17 +334,21 @@ fn host_tsc() -> Option<u64> {
 struct LiveCpu<'a> {
     regs: &'a Regs,
     gdt_base: Option<u64>,
+    modes: ModeSet,
+    proven: Option<(ExecMode, (u64, u64, u64))>,
 }
 
 impl CpuView for LiveCpu<'_> {
     fn context(&mut self) -> Context {
-        current_context(self.regs, self.gdt_base)
+        current_context(self.regs, self.gdt_base, self.modes, self.proven)
     }
 }
 
 /// CPL, CR3 and the execution mode (SDM §33.4.2.8 MODE.Exec: CS.L & IA32_EFER.LMA, CS.D) from the
-/// registers and the CS descriptor in the GDT.
-fn current_context(regs: &Regs, gdt_base: Option<u64>) -> Context {
+/// registers and the CS descriptor in the GDT, checked against the modes the current block's
+/// translation is consistent with (`modes`) and a mode proven since CS last changed (`proven`):
+/// the remembered GDT may not be the one CS was loaded from (issue 12).
+fn current_context(regs: &Regs, gdt_base: Option<u64>, modes: ModeSet, proven: Option<(ExecMode, (u64, u64, u64))>) -> Context {
     let cs = regs.get("cs").unwrap_or(0);
     let cr0 = regs.get("cr0").unwrap_or(0);
     let cr3 = regs.get("cr3").unwrap_or(0);
@@ -354,7 +366,19 @@ fn current_context(regs: &Regs, gdt_base: Option<u64>) -> Context {
             None => ExecMode::Bit32,
         }
     };
+    let proven = proven.filter(|(_, key)| *key == mode_key(regs)).map(|(m, _)| m);
+    let mode = choose_mode(mode, modes, lma, protected, proven);
     Context { cpl, cr3, mode }
+}
+
+/// What a proven mode depends on: CS, CR0.PE and EFER.LMA (SDM Vol. 3A §9.8.5: a mode change
+/// loads CS or changes CR0.PE / EFER.LMA).
+fn mode_key(regs: &Regs) -> (u64, u64, u64) {
+    (
+        regs.get("cs").unwrap_or(0),
+        regs.get("cr0").unwrap_or(0) & 1,
+        regs.get("efer").unwrap_or(0) & (1 << 10),
+    )
 }
 
 impl Shared {
@@ -439,6 +463,8 @@ impl Shared {
             output_active: false,
             regs,
             gdt_base: None,
+            cur_modes: ModeSet::ALL,
+            proven: None,
             idt_base: None,
             pending: Pending::default(),
             exception_pending: false,
@@ -471,6 +497,7 @@ impl Shared {
             self.record_code(pc, code);
         }
         let addrs: Vec<u64> = insns.iter().map(|i| i.0).collect();
+        let modes = consistent_modes(insns.iter().map(|i| i.1.as_slice()));
         let for_mode = |bitness: u32| {
             let last = classify(last_bytes, *last_ip, bitness).unwrap_or(ClassifiedInsn {
                 ip: *last_ip,
@@ -489,6 +516,7 @@ impl Shared {
             pc,
             has_wrmsr,
             by_mode: [for_mode(16), for_mode(32), for_mode(64)],
+            modes,
         });
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
@@ -606,7 +634,17 @@ impl Shared {
             info.pc
         };
         v.pc_delta = pc.wrapping_sub(info.pc);
-        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
+        v.cur_modes = info.modes;
+        let key = mode_key(&v.regs);
+        if v.proven.is_some_and(|(_, k)| k != key) {
+            v.proven = None;
+        }
+        let lma = key.2 != 0;
+        let possible = if lma { info.modes } else { ModeSet(info.modes.0 & !4) };
+        if let Some(m) = possible.single().filter(|_| key.1 != 0) {
+            v.proven = Some((m, key));
+        }
+        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven };
         let last_started = self.last_started.take(v.index, u64::MAX);
         if v.bts.active() && !v.bts.dtes64() {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
@@ -1115,7 +1153,7 @@ impl Shared {
             } else if v.pmu.active() && !was_active && !v.tracer.trace_en() && !v.bts.active() {
                 // The CPL the counters filter on is tracked by the retirement events; bring it
                 // up to date when counting starts.
-                v.tracer.set_context(current_context(&v.regs, v.gdt_base));
+                v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven));
             }
             self.count_cycles(v);
             return;
@@ -1132,7 +1170,7 @@ impl Shared {
         }
         if let Some(r) = v.rtit.as_mut().filter(|_| RtitTracer::owns(index)) {
             if !r.trigger_en() {
-                r.set_context(current_context(&v.regs, v.gdt_base));
+                r.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven));
             }
             if r.wrmsr(index, value, ip, nlip, &mut PhysMem).is_err() {
                 Self::raise_gp(v, rcx, rdx);
@@ -1150,7 +1188,7 @@ impl Shared {
                 if (v.bts.active() && !was_active || self.lbr_recording(v)) && !v.tracer.trace_en() {
                     // The context BTS filters on (CPL of branch targets) is tracked by the PT
                     // tracer's retirement events; bring it up to date when recording starts.
-                    v.tracer.set_context(current_context(&v.regs, v.gdt_base));
+                    v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven));
                 }
             }
             return;
@@ -1159,7 +1197,7 @@ impl Shared {
         match v.msrs.write(index, value, &self.opts.caps) {
             Err(Fault::Gp) => Self::raise_gp(v, rcx, rdx),
             Ok(WriteEffect::TraceEnabled) => {
-                let ctx = current_context(&v.regs, v.gdt_base);
+                let ctx = current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven);
                 v.tracer.set_context(ctx);
                 v.tracer.reconfigure(self.trace_config(v));
                 // SDM Table 33-11, EBX[1] = 0: "a PSB is always generated" when TraceEn is set.
@@ -1299,7 +1337,7 @@ impl Shared {
         let bitness = if cr0 & 1 == 0 {
             16
         } else if efer & (1 << 10) != 0 && v.gdt_base.is_some_and(|_| {
-            current_context(&v.regs, v.gdt_base).mode == ExecMode::Bit64
+            current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven).mode == ExecMode::Bit64
         }) {
             64
         } else {
@@ -1361,7 +1399,8 @@ impl Shared {
                 let _ = writeln!(crate::user::HexLine(t), "#event {from:x} {to:x}");
             }
             sh.update_tsc(v);
-            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
+            // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
+            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
             let lbr_on = sh.lbr_recording(v);
             let mut sink = Retire {
