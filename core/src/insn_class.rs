@@ -141,6 +141,11 @@ pub struct MemOperand {
     pub displacement: u64,
     /// "fs" or "gs" for an FS/GS segment override (the only non-zero bases in 64-bit mode).
     pub segment: Option<&'static str>,
+    /// The segment the access uses (override or default: DS, or SS with a BP/SP base), named
+    /// as the plugin register API names its selector.
+    pub effective_segment: &'static str,
+    /// Address size in bits (16-bit offsets wrap at 64 KiB).
+    pub address_size: u32,
 }
 
 /// Decode the memory operand of the instruction at the start of `bytes` at `ip`.
@@ -164,7 +169,74 @@ pub fn memory_operand(bytes: &[u8], ip: u64, bitness: u32) -> Option<MemOperand>
             Register::GS => Some("gs"),
             _ => None,
         },
+        effective_segment: match insn.memory_segment() {
+            Register::ES => "es",
+            Register::CS => "cs",
+            Register::SS => "ss",
+            Register::FS => "fs",
+            Register::GS => "gs",
+            _ => "ds",
+        },
+        address_size: match (insn.memory_base(), insn.memory_index()) {
+            (Register::None, Register::None) => match insn.memory_displ_size() {
+                2 => 16,
+                4 => 32,
+                _ => bitness,
+            },
+            (b, i) => {
+                let r = if b != Register::None { b } else { i };
+                if r.is_gpr16() {
+                    16
+                } else if r.is_gpr32() || r == Register::EIP {
+                    32
+                } else {
+                    64
+                }
+            }
+        },
     })
+}
+
+/// The linear address of memory operand `m` of an instruction decoded at `bitness`. `real_mode`:
+/// CR0.PE = 0, where a segment's base is its selector << 4 (SDM Vol. 3A §20.1.1); `reg` reads a
+/// register by the name the plugin register API uses ("rbx", "ds", "fs_base", ...). In protected
+/// mode only the FS/GS bases are read (the others are taken as flat, SDM Vol. 3A §3.2.4).
+pub fn operand_linear_address(m: &MemOperand, bitness: u32, real_mode: bool, reg: impl Fn(&str) -> u64) -> u64 {
+    let r = |n: &Option<String>| n.as_deref().map_or(0, &reg);
+    let mut offset = r(&m.base).wrapping_add(r(&m.index).wrapping_mul(u64::from(m.scale))).wrapping_add(m.displacement);
+    offset &= match m.address_size {
+        16 => 0xFFFF,
+        32 => 0xFFFF_FFFF,
+        _ => u64::MAX,
+    };
+    if real_mode {
+        return ((reg(m.effective_segment) & 0xFFFF) << 4).wrapping_add(offset) & 0x1F_FFFF;
+    }
+    let base = match m.effective_segment {
+        "fs" => reg("fs_base"),
+        "gs" => reg("gs_base"),
+        _ => 0,
+    };
+    let linear = base.wrapping_add(offset);
+    if bitness == 64 {
+        linear
+    } else {
+        linear & 0xFFFF_FFFF
+    }
+}
+
+/// How many bytes of base address LGDT / LIDT load from their m16&32 / m16&64 operand (after
+/// the 2-byte limit): 8 in 64-bit mode; otherwise 4, or 3 (a 24-bit base) with a 16-bit
+/// operand size (SDM Vol. 2A LGDT/LIDT: "If the operand-size attribute is 16 bits, a 16-bit
+/// limit and a 24-bit base address are loaded").
+pub fn pseudo_descriptor_base_len(bytes: &[u8], bitness: u32) -> Option<usize> {
+    let insn = Decoder::new(bitness, bytes, DecoderOptions::NONE).decode();
+    match insn.code() {
+        Code::Lgdt_m1632_16 | Code::Lidt_m1632_16 => Some(3),
+        Code::Lgdt_m1632 | Code::Lidt_m1632 => Some(4),
+        Code::Lgdt_m1664 | Code::Lidt_m1664 => Some(8),
+        _ => None,
+    }
 }
 
 /// Classify the instruction at `ip` whose bytes start `bytes` (64-bit mode unless `bitness` says
@@ -382,5 +454,31 @@ mod tests {
         assert_eq!(choose_mode(Bit64, m(3), false, true, None), Bit32);
         // All consistent, nothing proven: the descriptor.
         assert_eq!(choose_mode(Bit16, m(7), false, true, None), Bit16);
+    }
+
+    #[test]
+    fn real_mode_lgdt_operand() {
+        // QEMU's multiboot option ROM: `data32 lgdt %gs:0x...` (66 65 0F 01 16 disp16).
+        let bytes = [0x66, 0x65, 0x0F, 0x01, 0x16, 0x34, 0x12];
+        let m = memory_operand(&bytes, 0, 16).unwrap();
+        assert_eq!((m.effective_segment, m.address_size, m.displacement), ("gs", 16, 0x1234));
+        let reg = |n: &str| match n {
+            "gs" => 0x9000,
+            "ds" => 0x1000,
+            "gs_base" => 0x5555,
+            _ => 0,
+        };
+        assert_eq!(operand_linear_address(&m, 16, true, reg), 0x91234);
+        assert_eq!(pseudo_descriptor_base_len(&bytes, 16), Some(4));
+        // Without the override: DS; without data32: a 24-bit base.
+        let plain = [0x0F, 0x01, 0x16, 0x34, 0x12];
+        let m = memory_operand(&plain, 0, 16).unwrap();
+        assert_eq!(operand_linear_address(&m, 16, true, reg), 0x11234);
+        assert_eq!(pseudo_descriptor_base_len(&plain, 16), Some(3));
+        // 32-bit protected mode: lgdt [ebx+8] flat; a 66h prefix gives a 24-bit base.
+        let m = memory_operand(&[0x0F, 0x01, 0x53, 0x08], 0, 32).unwrap();
+        assert_eq!(operand_linear_address(&m, 32, false, |n| if n == "rbx" { 0x1_0000_2000 } else { 0 }), 0x2008);
+        assert_eq!(pseudo_descriptor_base_len(&[0x66, 0x0F, 0x01, 0x53, 0x08], 32), Some(3));
+        assert_eq!(pseudo_descriptor_base_len(&[0x0F, 0x01, 0x10], 64), Some(8));
     }
 }

@@ -21,7 +21,7 @@ use crate::{fail, guarded};
 use parking_lot::Mutex;
 use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUGCTL, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
-use pttrace_core::insn_class::{choose_mode, classify, consistent_modes, memory_operand, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
+use pttrace_core::insn_class::{choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
 use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
@@ -1333,23 +1333,15 @@ impl Shared {
     /// descriptors, IDTR.base for re-delivering RDPMC's #UD as #GP).
     fn table_base(&self, v: &Vcpu, ip: u64, bytes: &[u8]) -> Option<u64> {
         let cr0 = v.regs.get("cr0").unwrap_or(0);
-        let efer = v.regs.get("efer").unwrap_or(0);
-        let bitness = if cr0 & 1 == 0 {
-            16
-        } else if efer & (1 << 10) != 0 && v.gdt_base.is_some_and(|_| {
-            current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven).mode == ExecMode::Bit64
-        }) {
-            64
-        } else {
-            32
+        let bitness = match current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven).mode {
+            ExecMode::Bit16 => 16,
+            ExecMode::Bit32 => 32,
+            ExecMode::Bit64 => 64,
         };
-        let addr = operand_address(&v.regs, bytes, ip, bitness)?;
-        if bitness == 64 {
-            guest::read_u64(addr + 2)
-        } else {
-            let mut b = [0u8; 4];
-            guest::read_vaddr(addr + 2, &mut b).then(|| u64::from(u32::from_le_bytes(b)))
-        }
+        let addr = operand_address(&v.regs, bytes, ip, bitness, cr0 & 1 == 0)?;
+        let n = pseudo_descriptor_base_len(bytes, bitness)?;
+        let mut b = [0u8; 8];
+        guest::read_vaddr(addr + 2, &mut b[..n]).then(|| u64::from_le_bytes(b))
     }
 
     fn on_discon(&self, vcpu: VCPUIndex, ty: i32, from: u64, to: u64) {
@@ -1502,19 +1494,9 @@ enum RdpmcOutcome {
 
 /// Effective linear address of the memory operand of the instruction in `bytes` (flat segments
 /// except FS/GS bases in 64-bit mode, DS.selector << 4 in real mode).
-fn operand_address(regs: &Regs, bytes: &[u8], ip: u64, bitness: u32) -> Option<u64> {
+fn operand_address(regs: &Regs, bytes: &[u8], ip: u64, bitness: u32, real_mode: bool) -> Option<u64> {
     let m = memory_operand(bytes, ip, bitness)?;
-    let reg = |r: &Option<String>| r.as_deref().and_then(|n| regs.get(n)).unwrap_or(0);
-    let addr = reg(&m.base).wrapping_add(reg(&m.index).wrapping_mul(u64::from(m.scale))).wrapping_add(m.displacement);
-    Some(match bitness {
-        16 => ((regs.get("ds").unwrap_or(0) << 4) + (addr & 0xFFFF)) & 0xF_FFFF,
-        32 => addr & 0xFFFF_FFFF,
-        _ => match m.segment {
-            Some("fs") => addr.wrapping_add(regs.get("fs_base").unwrap_or(0)),
-            Some("gs") => addr.wrapping_add(regs.get("gs_base").unwrap_or(0)),
-            _ => addr,
-        },
-    })
+    Some(operand_linear_address(&m, bitness, real_mode, |n| regs.get(n).unwrap_or(0)))
 }
 
 /// enum qemu_plugin_discon_type (qemu-plugin.h, QEMU 10.2).
