@@ -343,9 +343,10 @@ pub fn consistent_modes<'a>(insns: impl IntoIterator<Item = &'a [u8]> + Clone) -
 /// The mode a block runs in. `descriptor`: the mode the CS descriptor in the remembered GDT
 /// says; `consistent`: the modes the block's translation is consistent with; `lma`/`pe`:
 /// IA32_EFER.LMA and CR0.PE; `proven`: the mode an unambiguous block proved since the last
-/// event that can change CS (far transfer, interrupt, MOV CR0, ...).
+/// event that can change CS (far transfer, interrupt, MOV CR0, ...). `descriptor` is None when the
+/// GDT is unknown or unreadable.
 /// SDM Vol. 3A §2.2, §9.8.5: 64-bit mode needs EFER.LMA = 1 (and CS.L); real mode is 16-bit.
-pub fn choose_mode(descriptor: ExecMode, consistent: ModeSet, lma: bool, pe: bool, proven: Option<ExecMode>) -> ExecMode {
+pub fn choose_mode(descriptor: Option<ExecMode>, consistent: ModeSet, lma: bool, pe: bool, proven: Option<ExecMode>) -> ExecMode {
     let mut possible = consistent;
     if !lma {
         possible = ModeSet(possible.0 & !4);
@@ -353,8 +354,8 @@ pub fn choose_mode(descriptor: ExecMode, consistent: ModeSet, lma: bool, pe: boo
     if !pe {
         return ExecMode::Bit16;
     }
-    if possible.contains(descriptor) {
-        return descriptor;
+    if let Some(d) = descriptor.filter(|&d| possible.contains(d)) {
+        return d;
     }
     if let Some(m) = possible.single() {
         return m;
@@ -362,8 +363,13 @@ pub fn choose_mode(descriptor: ExecMode, consistent: ModeSet, lma: bool, pe: boo
     if let Some(p) = proven.filter(|&p| possible.contains(p)) {
         return p;
     }
-    // Two modes remain (or none): prefer 32-bit protected mode, then the descriptor.
-    [ExecMode::Bit32, ExecMode::Bit16, ExecMode::Bit64].into_iter().find(|&m| possible.contains(m)).unwrap_or(descriptor)
+    // Nothing decides: the descriptor; without one (GDT unknown or unreadable), 64-bit code
+    // with LMA = 1, else 32-bit (flat segments), when consistent.
+    let guess = descriptor.unwrap_or(if lma { ExecMode::Bit64 } else { ExecMode::Bit32 });
+    if possible.contains(guess) || possible.0 == 0 {
+        return guess;
+    }
+    [ExecMode::Bit32, ExecMode::Bit16, ExecMode::Bit64].into_iter().find(|&m| possible.contains(m)).unwrap_or(guess)
 }
 
 #[cfg(test)]
@@ -444,16 +450,21 @@ mod tests {
         use ExecMode::*;
         let m = |bits| ModeSet(bits);
         // The reported case: descriptor says 16-bit, block only consistent with 32/64, LMA=0.
-        assert_eq!(choose_mode(Bit16, m(6), false, true, None), Bit32);
+        assert_eq!(choose_mode(Some(Bit16), m(6), false, true, None), Bit32);
         // Live mode consistent: kept.
-        assert_eq!(choose_mode(Bit64, m(6), true, true, None), Bit64);
+        assert_eq!(choose_mode(Some(Bit64), m(6), true, true, None), Bit64);
         // Real mode is 16-bit whatever.
-        assert_eq!(choose_mode(Bit32, m(7), false, false, None), Bit16);
+        assert_eq!(choose_mode(Some(Bit32), m(7), false, false, None), Bit16);
         // Ambiguous: proven mode wins over the inconsistent descriptor.
-        assert_eq!(choose_mode(Bit64, m(3), false, true, Some(Bit16)), Bit16);
-        assert_eq!(choose_mode(Bit64, m(3), false, true, None), Bit32);
+        assert_eq!(choose_mode(Some(Bit64), m(3), false, true, Some(Bit16)), Bit16);
+        assert_eq!(choose_mode(Some(Bit64), m(3), false, true, None), Bit32);
         // All consistent, nothing proven: the descriptor.
-        assert_eq!(choose_mode(Bit16, m(7), false, true, None), Bit16);
+        assert_eq!(choose_mode(Some(Bit16), m(7), false, true, None), Bit16);
+        // GDT unreadable right after MOV CR0 set LMA (compatibility mode until the far JMP):
+        // the mode proven before decides, else 64-bit with LMA.
+        assert_eq!(choose_mode(None, m(6), true, true, Some(Bit32)), Bit32);
+        assert_eq!(choose_mode(None, m(6), true, true, None), Bit64);
+        assert_eq!(choose_mode(None, m(7), false, true, None), Bit32);
     }
 
     #[test]

@@ -356,29 +356,27 @@ fn current_context(regs: &Regs, gdt_base: Option<u64>, modes: ModeSet, proven: O
     let lma = efer & (1 << 10) != 0;
     let protected = cr0 & 1 != 0;
     let cpl = if protected { (cs & 3) as u8 } else { 0 };
-    let mode = if !protected {
-        ExecMode::Bit16
+    // None: no GDT seen, an LDT selector, or the descriptor is not in RAM (e.g. QEMU's
+    // multiboot option ROM GDT): choose_mode falls back to the flat segments.
+    let descriptor = if !protected {
+        Some(ExecMode::Bit16)
     } else {
-        match gdt_base.filter(|_| cs & 4 == 0).and_then(|b| guest::read_u64(b + (cs & !7))) {
-            Some(desc) => ExecMode::from_cs(lma, desc & (1 << 53) != 0, desc & (1 << 54) != 0),
-            // No GDT seen (or an LDT selector): assume the common flat segments.
-            None if lma => ExecMode::Bit64,
-            None => ExecMode::Bit32,
-        }
+        gdt_base
+            .filter(|_| cs & 4 == 0)
+            .and_then(|b| guest::read_u64(b + (cs & !7)))
+            .map(|desc| ExecMode::from_cs(lma, desc & (1 << 53) != 0, desc & (1 << 54) != 0))
     };
     let proven = proven.filter(|(_, key)| *key == mode_key(regs)).map(|(m, _)| m);
-    let mode = choose_mode(mode, modes, lma, protected, proven);
+    let mode = choose_mode(descriptor, modes, lma, protected, proven);
     Context { cpl, cr3, mode }
 }
 
-/// What a proven mode depends on: CS, CR0.PE and EFER.LMA (SDM Vol. 3A §9.8.5: a mode change
-/// loads CS or changes CR0.PE / EFER.LMA).
+/// What a proven mode depends on: CS and CR0.PE. Setting EFER.LMA (MOV CR0 enabling paging)
+/// leaves the processor in compatibility mode with the same CS until a far transfer loads a
+/// 64-bit CS (SDM Vol. 3A §10.8.5), so LMA does not invalidate it (choose_mode still allows
+/// 64-bit only with LMA = 1).
 fn mode_key(regs: &Regs) -> (u64, u64, u64) {
-    (
-        regs.get("cs").unwrap_or(0),
-        regs.get("cr0").unwrap_or(0) & 1,
-        regs.get("efer").unwrap_or(0) & (1 << 10),
-    )
+    (regs.get("cs").unwrap_or(0), regs.get("cr0").unwrap_or(0) & 1, 0)
 }
 
 impl Shared {
@@ -639,7 +637,7 @@ impl Shared {
         if v.proven.is_some_and(|(_, k)| k != key) {
             v.proven = None;
         }
-        let lma = key.2 != 0;
+        let lma = v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0;
         let possible = if lma { info.modes } else { ModeSet(info.modes.0 & !4) };
         if let Some(m) = possible.single().filter(|_| key.1 != 0) {
             v.proven = Some((m, key));
