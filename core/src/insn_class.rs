@@ -4,6 +4,7 @@
 //! Classification is done once per instruction at translation time with iced-x86's decoder,
 //! so the execution-time hot path only looks at a precomputed `BranchKind`.
 
+use crate::pt::packet::ExecMode;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
 /// Far transfers (§33.2.1.3) by instruction.
@@ -140,6 +141,11 @@ pub struct MemOperand {
     pub displacement: u64,
     /// "fs" or "gs" for an FS/GS segment override (the only non-zero bases in 64-bit mode).
     pub segment: Option<&'static str>,
+    /// The segment the access uses (override or default: DS, or SS with a BP/SP base), named
+    /// as the plugin register API names its selector.
+    pub effective_segment: &'static str,
+    /// Address size in bits (16-bit offsets wrap at 64 KiB).
+    pub address_size: u32,
 }
 
 /// Decode the memory operand of the instruction at the start of `bytes` at `ip`.
@@ -163,7 +169,74 @@ pub fn memory_operand(bytes: &[u8], ip: u64, bitness: u32) -> Option<MemOperand>
             Register::GS => Some("gs"),
             _ => None,
         },
+        effective_segment: match insn.memory_segment() {
+            Register::ES => "es",
+            Register::CS => "cs",
+            Register::SS => "ss",
+            Register::FS => "fs",
+            Register::GS => "gs",
+            _ => "ds",
+        },
+        address_size: match (insn.memory_base(), insn.memory_index()) {
+            (Register::None, Register::None) => match insn.memory_displ_size() {
+                2 => 16,
+                4 => 32,
+                _ => bitness,
+            },
+            (b, i) => {
+                let r = if b != Register::None { b } else { i };
+                if r.is_gpr16() {
+                    16
+                } else if r.is_gpr32() || r == Register::EIP {
+                    32
+                } else {
+                    64
+                }
+            }
+        },
     })
+}
+
+/// The linear address of memory operand `m` of an instruction decoded at `bitness`. `real_mode`:
+/// CR0.PE = 0, where a segment's base is its selector << 4 (SDM Vol. 3A §20.1.1); `reg` reads a
+/// register by the name the plugin register API uses ("rbx", "ds", "fs_base", ...). In protected
+/// mode only the FS/GS bases are read (the others are taken as flat, SDM Vol. 3A §3.2.4).
+pub fn operand_linear_address(m: &MemOperand, bitness: u32, real_mode: bool, reg: impl Fn(&str) -> u64) -> u64 {
+    let r = |n: &Option<String>| n.as_deref().map_or(0, &reg);
+    let mut offset = r(&m.base).wrapping_add(r(&m.index).wrapping_mul(u64::from(m.scale))).wrapping_add(m.displacement);
+    offset &= match m.address_size {
+        16 => 0xFFFF,
+        32 => 0xFFFF_FFFF,
+        _ => u64::MAX,
+    };
+    if real_mode {
+        return ((reg(m.effective_segment) & 0xFFFF) << 4).wrapping_add(offset) & 0x1F_FFFF;
+    }
+    let base = match m.effective_segment {
+        "fs" => reg("fs_base"),
+        "gs" => reg("gs_base"),
+        _ => 0,
+    };
+    let linear = base.wrapping_add(offset);
+    if bitness == 64 {
+        linear
+    } else {
+        linear & 0xFFFF_FFFF
+    }
+}
+
+/// How many bytes of base address LGDT / LIDT load from their m16&32 / m16&64 operand (after
+/// the 2-byte limit): 8 in 64-bit mode; otherwise 4, or 3 (a 24-bit base) with a 16-bit
+/// operand size (SDM Vol. 2A LGDT/LIDT: "If the operand-size attribute is 16 bits, a 16-bit
+/// limit and a 24-bit base address are loaded").
+pub fn pseudo_descriptor_base_len(bytes: &[u8], bitness: u32) -> Option<usize> {
+    let insn = Decoder::new(bitness, bytes, DecoderOptions::NONE).decode();
+    match insn.code() {
+        Code::Lgdt_m1632_16 | Code::Lidt_m1632_16 => Some(3),
+        Code::Lgdt_m1632 | Code::Lidt_m1632 => Some(4),
+        Code::Lgdt_m1664 | Code::Lidt_m1664 => Some(8),
+        _ => None,
+    }
 }
 
 /// Classify the instruction at `ip` whose bytes start `bytes` (64-bit mode unless `bitness` says
@@ -217,6 +290,86 @@ fn kind_of(insn: &Instruction) -> BranchKind {
             }
         }
     }
+}
+
+/// The execution modes (16-, 32-, 64-bit code) a translated block is consistent with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ModeSet(pub u8);
+
+impl ModeSet {
+    pub const ALL: ModeSet = ModeSet(7);
+    fn bit(mode: ExecMode) -> u8 {
+        match mode {
+            ExecMode::Bit16 => 1,
+            ExecMode::Bit32 => 2,
+            ExecMode::Bit64 => 4,
+        }
+    }
+    pub fn contains(self, mode: ExecMode) -> bool {
+        self.0 & Self::bit(mode) != 0
+    }
+    pub fn with(self, mode: ExecMode) -> ModeSet {
+        ModeSet(self.0 | Self::bit(mode))
+    }
+    /// The only mode in the set, if exactly one.
+    pub fn single(self) -> Option<ExecMode> {
+        match self.0 {
+            1 => Some(ExecMode::Bit16),
+            2 => Some(ExecMode::Bit32),
+            4 => Some(ExecMode::Bit64),
+            _ => None,
+        }
+    }
+}
+
+/// The modes in which the block's bytes decode into exactly QEMU's instruction boundaries
+/// (`insns`: each instruction's bytes as QEMU translated them). The operand- and address-size
+/// defaults follow CS.D and CS.L (SDM Vol. 1 §3.6, Vol. 3A §3.4.5), so the lengths QEMU
+/// decoded tell which modes it translated in.
+pub fn consistent_modes<'a>(insns: impl IntoIterator<Item = &'a [u8]> + Clone) -> ModeSet {
+    let mut set = ModeSet::default();
+    for (mode, bitness) in [(ExecMode::Bit16, 16), (ExecMode::Bit32, 32), (ExecMode::Bit64, 64)] {
+        let ok = insns.clone().into_iter().all(|bytes| {
+            let insn = Decoder::new(bitness, bytes, DecoderOptions::NONE).decode();
+            !insn.is_invalid() && insn.len() == bytes.len()
+        });
+        if ok {
+            set = set.with(mode);
+        }
+    }
+    set
+}
+
+/// The mode a block runs in. `descriptor`: the mode the CS descriptor in the remembered GDT
+/// says; `consistent`: the modes the block's translation is consistent with; `lma`/`pe`:
+/// IA32_EFER.LMA and CR0.PE; `proven`: the mode an unambiguous block proved since the last
+/// event that can change CS (far transfer, interrupt, MOV CR0, ...). `descriptor` is None when the
+/// GDT is unknown or unreadable.
+/// SDM Vol. 3A §2.2, §9.8.5: 64-bit mode needs EFER.LMA = 1 (and CS.L); real mode is 16-bit.
+pub fn choose_mode(descriptor: Option<ExecMode>, consistent: ModeSet, lma: bool, pe: bool, proven: Option<ExecMode>) -> ExecMode {
+    let mut possible = consistent;
+    if !lma {
+        possible = ModeSet(possible.0 & !4);
+    }
+    if !pe {
+        return ExecMode::Bit16;
+    }
+    if let Some(d) = descriptor.filter(|&d| possible.contains(d)) {
+        return d;
+    }
+    if let Some(m) = possible.single() {
+        return m;
+    }
+    if let Some(p) = proven.filter(|&p| possible.contains(p)) {
+        return p;
+    }
+    // Nothing decides: the descriptor; without one (GDT unknown or unreadable), 64-bit code
+    // with LMA = 1, else 32-bit (flat segments), when consistent.
+    let guess = descriptor.unwrap_or(if lma { ExecMode::Bit64 } else { ExecMode::Bit32 });
+    if possible.contains(guess) || possible.0 == 0 {
+        return guess;
+    }
+    [ExecMode::Bit32, ExecMode::Bit16, ExecMode::Bit64].into_iter().find(|&m| possible.contains(m)).unwrap_or(guess)
 }
 
 #[cfg(test)]
@@ -277,5 +430,66 @@ mod tests {
         assert_eq!((r.base, r.displacement), (None, 0x1017));
         assert!(memory_operand(&[0x90], 0, 64).is_none());
         assert!(!classify(&[0xA4], 0, 64).unwrap().rep_string); // movsb
+    }
+
+    #[test]
+    fn consistent_modes_from_boundaries() {
+        // call rel32 (E8 + 4 bytes) is 5 bytes in 32/64-bit code, 3 (rel16) in 16-bit code.
+        let call: &[u8] = &[0xE8, 0x10, 0x00, 0x00, 0x00];
+        assert_eq!(consistent_modes([call]), ModeSet(2 | 4));
+        assert_eq!(consistent_modes([&call[..3]]), ModeSet(1));
+        // mov eax, imm32 then dec eax (0x48 is a REX prefix in 64-bit mode).
+        let mov: &[u8] = &[0xB8, 1, 0, 0, 0];
+        let dec: &[u8] = &[0x48];
+        assert_eq!(consistent_modes([mov, dec]), ModeSet(2));
+        assert_eq!(consistent_modes([&[0x90u8][..]]), ModeSet::ALL);
+    }
+
+    #[test]
+    fn choose_mode_rules() {
+        use ExecMode::*;
+        let m = |bits| ModeSet(bits);
+        // The reported case: descriptor says 16-bit, block only consistent with 32/64, LMA=0.
+        assert_eq!(choose_mode(Some(Bit16), m(6), false, true, None), Bit32);
+        // Live mode consistent: kept.
+        assert_eq!(choose_mode(Some(Bit64), m(6), true, true, None), Bit64);
+        // Real mode is 16-bit whatever.
+        assert_eq!(choose_mode(Some(Bit32), m(7), false, false, None), Bit16);
+        // Ambiguous: proven mode wins over the inconsistent descriptor.
+        assert_eq!(choose_mode(Some(Bit64), m(3), false, true, Some(Bit16)), Bit16);
+        assert_eq!(choose_mode(Some(Bit64), m(3), false, true, None), Bit32);
+        // All consistent, nothing proven: the descriptor.
+        assert_eq!(choose_mode(Some(Bit16), m(7), false, true, None), Bit16);
+        // GDT unreadable right after MOV CR0 set LMA (compatibility mode until the far JMP):
+        // the mode proven before decides, else 64-bit with LMA.
+        assert_eq!(choose_mode(None, m(6), true, true, Some(Bit32)), Bit32);
+        assert_eq!(choose_mode(None, m(6), true, true, None), Bit64);
+        assert_eq!(choose_mode(None, m(7), false, true, None), Bit32);
+    }
+
+    #[test]
+    fn real_mode_lgdt_operand() {
+        // QEMU's multiboot option ROM: `data32 lgdt %gs:0x...` (66 65 0F 01 16 disp16).
+        let bytes = [0x66, 0x65, 0x0F, 0x01, 0x16, 0x34, 0x12];
+        let m = memory_operand(&bytes, 0, 16).unwrap();
+        assert_eq!((m.effective_segment, m.address_size, m.displacement), ("gs", 16, 0x1234));
+        let reg = |n: &str| match n {
+            "gs" => 0x9000,
+            "ds" => 0x1000,
+            "gs_base" => 0x5555,
+            _ => 0,
+        };
+        assert_eq!(operand_linear_address(&m, 16, true, reg), 0x91234);
+        assert_eq!(pseudo_descriptor_base_len(&bytes, 16), Some(4));
+        // Without the override: DS; without data32: a 24-bit base.
+        let plain = [0x0F, 0x01, 0x16, 0x34, 0x12];
+        let m = memory_operand(&plain, 0, 16).unwrap();
+        assert_eq!(operand_linear_address(&m, 16, true, reg), 0x11234);
+        assert_eq!(pseudo_descriptor_base_len(&plain, 16), Some(3));
+        // 32-bit protected mode: lgdt [ebx+8] flat; a 66h prefix gives a 24-bit base.
+        let m = memory_operand(&[0x0F, 0x01, 0x53, 0x08], 0, 32).unwrap();
+        assert_eq!(operand_linear_address(&m, 32, false, |n| if n == "rbx" { 0x1_0000_2000 } else { 0 }), 0x2008);
+        assert_eq!(pseudo_descriptor_base_len(&[0x66, 0x0F, 0x01, 0x53, 0x08], 32), Some(3));
+        assert_eq!(pseudo_descriptor_base_len(&[0x0F, 0x01, 0x10], 64), Some(8));
     }
 }

@@ -21,7 +21,7 @@ use crate::{fail, guarded};
 use parking_lot::Mutex;
 use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUGCTL, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
-use pttrace_core::insn_class::{classify, memory_operand, system_op, BranchKind, ClassifiedInsn, FarKind, SystemOp};
+use pttrace_core::insn_class::{choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
 use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
@@ -177,6 +177,9 @@ struct BlockInfo {
     /// The block's COFI classified as 16-, 32- and 64-bit code; the vCPU's current mode picks one
     /// (the translation callback does not know the mode QEMU translated in).
     by_mode: [&'static SysBlock; 3],
+    /// The modes whose decoding matches the instruction boundaries QEMU translated the block
+    /// with (the mode QEMU translated in is one of them).
+    modes: ModeSet,
 }
 
 
@@ -223,6 +226,11 @@ struct Vcpu {
     regs: Regs,
     /// GDTR.base as last loaded by LGDT (for CS.L / CS.D).
     gdt_base: Option<u64>,
+    /// The modes the current block's translation is consistent with.
+    cur_modes: ModeSet,
+    /// The mode an unambiguous block proved, with the (CS, CR0.PE, EFER.LMA) it ran with: valid
+    /// until one of them changes (far transfer, interrupt, IRET, MOV CR0, ...).
+    proven: Option<(ExecMode, (u64, u64, u64))>,
     /// IDTR.base as last loaded by LIDT (to re-deliver a faulting RDPMC's #UD as #GP).
     idt_base: Option<u64>,
     pending: Pending,
@@ -326,17 +334,21 @@ fn host_tsc() -> Option<u64> {
 struct LiveCpu<'a> {
     regs: &'a Regs,
     gdt_base: Option<u64>,
+    modes: ModeSet,
+    proven: Option<(ExecMode, (u64, u64, u64))>,
 }
 
 impl CpuView for LiveCpu<'_> {
     fn context(&mut self) -> Context {
-        current_context(self.regs, self.gdt_base)
+        current_context(self.regs, self.gdt_base, self.modes, self.proven)
     }
 }
 
 /// CPL, CR3 and the execution mode (SDM §33.4.2.8 MODE.Exec: CS.L & IA32_EFER.LMA, CS.D) from the
-/// registers and the CS descriptor in the GDT.
-fn current_context(regs: &Regs, gdt_base: Option<u64>) -> Context {
+/// registers and the CS descriptor in the GDT, checked against the modes the current block's
+/// translation is consistent with (`modes`) and a mode proven since CS last changed (`proven`):
+/// the remembered GDT may not be the one CS was loaded from (issue 12).
+fn current_context(regs: &Regs, gdt_base: Option<u64>, modes: ModeSet, proven: Option<(ExecMode, (u64, u64, u64))>) -> Context {
     let cs = regs.get("cs").unwrap_or(0);
     let cr0 = regs.get("cr0").unwrap_or(0);
     let cr3 = regs.get("cr3").unwrap_or(0);
@@ -344,17 +356,27 @@ fn current_context(regs: &Regs, gdt_base: Option<u64>) -> Context {
     let lma = efer & (1 << 10) != 0;
     let protected = cr0 & 1 != 0;
     let cpl = if protected { (cs & 3) as u8 } else { 0 };
-    let mode = if !protected {
-        ExecMode::Bit16
+    // None: no GDT seen, an LDT selector, or the descriptor is not in RAM (e.g. QEMU's
+    // multiboot option ROM GDT): choose_mode falls back to the flat segments.
+    let descriptor = if !protected {
+        Some(ExecMode::Bit16)
     } else {
-        match gdt_base.filter(|_| cs & 4 == 0).and_then(|b| guest::read_u64(b + (cs & !7))) {
-            Some(desc) => ExecMode::from_cs(lma, desc & (1 << 53) != 0, desc & (1 << 54) != 0),
-            // No GDT seen (or an LDT selector): assume the common flat segments.
-            None if lma => ExecMode::Bit64,
-            None => ExecMode::Bit32,
-        }
+        gdt_base
+            .filter(|_| cs & 4 == 0)
+            .and_then(|b| guest::read_u64(b + (cs & !7)))
+            .map(|desc| ExecMode::from_cs(lma, desc & (1 << 53) != 0, desc & (1 << 54) != 0))
     };
+    let proven = proven.filter(|(_, key)| *key == mode_key(regs)).map(|(m, _)| m);
+    let mode = choose_mode(descriptor, modes, lma, protected, proven);
     Context { cpl, cr3, mode }
+}
+
+/// What a proven mode depends on: CS and CR0.PE. Setting EFER.LMA (MOV CR0 enabling paging)
+/// leaves the processor in compatibility mode with the same CS until a far transfer loads a
+/// 64-bit CS (SDM Vol. 3A §10.8.5), so LMA does not invalidate it (choose_mode still allows
+/// 64-bit only with LMA = 1).
+fn mode_key(regs: &Regs) -> (u64, u64, u64) {
+    (regs.get("cs").unwrap_or(0), regs.get("cr0").unwrap_or(0) & 1, 0)
 }
 
 impl Shared {
@@ -439,6 +461,8 @@ impl Shared {
             output_active: false,
             regs,
             gdt_base: None,
+            cur_modes: ModeSet::ALL,
+            proven: None,
             idt_base: None,
             pending: Pending::default(),
             exception_pending: false,
@@ -471,6 +495,7 @@ impl Shared {
             self.record_code(pc, code);
         }
         let addrs: Vec<u64> = insns.iter().map(|i| i.0).collect();
+        let modes = consistent_modes(insns.iter().map(|i| i.1.as_slice()));
         let for_mode = |bitness: u32| {
             let last = classify(last_bytes, *last_ip, bitness).unwrap_or(ClassifiedInsn {
                 ip: *last_ip,
@@ -489,6 +514,7 @@ impl Shared {
             pc,
             has_wrmsr,
             by_mode: [for_mode(16), for_mode(32), for_mode(64)],
+            modes,
         });
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
@@ -606,7 +632,17 @@ impl Shared {
             info.pc
         };
         v.pc_delta = pc.wrapping_sub(info.pc);
-        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
+        v.cur_modes = info.modes;
+        let key = mode_key(&v.regs);
+        if v.proven.is_some_and(|(_, k)| k != key) {
+            v.proven = None;
+        }
+        let lma = v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0;
+        let possible = if lma { info.modes } else { ModeSet(info.modes.0 & !4) };
+        if let Some(m) = possible.single().filter(|_| key.1 != 0) {
+            v.proven = Some((m, key));
+        }
+        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven };
         let last_started = self.last_started.take(v.index, u64::MAX);
         if v.bts.active() && !v.bts.dtes64() {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
@@ -1115,7 +1151,7 @@ impl Shared {
             } else if v.pmu.active() && !was_active && !v.tracer.trace_en() && !v.bts.active() {
                 // The CPL the counters filter on is tracked by the retirement events; bring it
                 // up to date when counting starts.
-                v.tracer.set_context(current_context(&v.regs, v.gdt_base));
+                v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven));
             }
             self.count_cycles(v);
             return;
@@ -1132,7 +1168,7 @@ impl Shared {
         }
         if let Some(r) = v.rtit.as_mut().filter(|_| RtitTracer::owns(index)) {
             if !r.trigger_en() {
-                r.set_context(current_context(&v.regs, v.gdt_base));
+                r.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven));
             }
             if r.wrmsr(index, value, ip, nlip, &mut PhysMem).is_err() {
                 Self::raise_gp(v, rcx, rdx);
@@ -1150,7 +1186,7 @@ impl Shared {
                 if (v.bts.active() && !was_active || self.lbr_recording(v)) && !v.tracer.trace_en() {
                     // The context BTS filters on (CPL of branch targets) is tracked by the PT
                     // tracer's retirement events; bring it up to date when recording starts.
-                    v.tracer.set_context(current_context(&v.regs, v.gdt_base));
+                    v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven));
                 }
             }
             return;
@@ -1159,7 +1195,7 @@ impl Shared {
         match v.msrs.write(index, value, &self.opts.caps) {
             Err(Fault::Gp) => Self::raise_gp(v, rcx, rdx),
             Ok(WriteEffect::TraceEnabled) => {
-                let ctx = current_context(&v.regs, v.gdt_base);
+                let ctx = current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven);
                 v.tracer.set_context(ctx);
                 v.tracer.reconfigure(self.trace_config(v));
                 // SDM Table 33-11, EBX[1] = 0: "a PSB is always generated" when TraceEn is set.
@@ -1295,23 +1331,15 @@ impl Shared {
     /// descriptors, IDTR.base for re-delivering RDPMC's #UD as #GP).
     fn table_base(&self, v: &Vcpu, ip: u64, bytes: &[u8]) -> Option<u64> {
         let cr0 = v.regs.get("cr0").unwrap_or(0);
-        let efer = v.regs.get("efer").unwrap_or(0);
-        let bitness = if cr0 & 1 == 0 {
-            16
-        } else if efer & (1 << 10) != 0 && v.gdt_base.is_some_and(|_| {
-            current_context(&v.regs, v.gdt_base).mode == ExecMode::Bit64
-        }) {
-            64
-        } else {
-            32
+        let bitness = match current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven).mode {
+            ExecMode::Bit16 => 16,
+            ExecMode::Bit32 => 32,
+            ExecMode::Bit64 => 64,
         };
-        let addr = operand_address(&v.regs, bytes, ip, bitness)?;
-        if bitness == 64 {
-            guest::read_u64(addr + 2)
-        } else {
-            let mut b = [0u8; 4];
-            guest::read_vaddr(addr + 2, &mut b).then(|| u64::from(u32::from_le_bytes(b)))
-        }
+        let addr = operand_address(&v.regs, bytes, ip, bitness, cr0 & 1 == 0)?;
+        let n = pseudo_descriptor_base_len(bytes, bitness)?;
+        let mut b = [0u8; 8];
+        guest::read_vaddr(addr + 2, &mut b[..n]).then(|| u64::from_le_bytes(b))
     }
 
     fn on_discon(&self, vcpu: VCPUIndex, ty: i32, from: u64, to: u64) {
@@ -1361,7 +1389,8 @@ impl Shared {
                 let _ = writeln!(crate::user::HexLine(t), "#event {from:x} {to:x}");
             }
             sh.update_tsc(v);
-            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base };
+            // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
+            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
             let lbr_on = sh.lbr_recording(v);
             let mut sink = Retire {
@@ -1463,19 +1492,9 @@ enum RdpmcOutcome {
 
 /// Effective linear address of the memory operand of the instruction in `bytes` (flat segments
 /// except FS/GS bases in 64-bit mode, DS.selector << 4 in real mode).
-fn operand_address(regs: &Regs, bytes: &[u8], ip: u64, bitness: u32) -> Option<u64> {
+fn operand_address(regs: &Regs, bytes: &[u8], ip: u64, bitness: u32, real_mode: bool) -> Option<u64> {
     let m = memory_operand(bytes, ip, bitness)?;
-    let reg = |r: &Option<String>| r.as_deref().and_then(|n| regs.get(n)).unwrap_or(0);
-    let addr = reg(&m.base).wrapping_add(reg(&m.index).wrapping_mul(u64::from(m.scale))).wrapping_add(m.displacement);
-    Some(match bitness {
-        16 => ((regs.get("ds").unwrap_or(0) << 4) + (addr & 0xFFFF)) & 0xF_FFFF,
-        32 => addr & 0xFFFF_FFFF,
-        _ => match m.segment {
-            Some("fs") => addr.wrapping_add(regs.get("fs_base").unwrap_or(0)),
-            Some("gs") => addr.wrapping_add(regs.get("gs_base").unwrap_or(0)),
-            _ => addr,
-        },
-    })
+    Some(operand_linear_address(&m, bitness, real_mode, |n| regs.get(n).unwrap_or(0)))
 }
 
 /// enum qemu_plugin_discon_type (qemu-plugin.h, QEMU 10.2).
