@@ -158,13 +158,16 @@ impl Shared {
     #[inline(always)]
     fn on_block(&'static self, vcpu: VCPUIndex, info: &'static BlockInfo) {
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
+        if self.opts.truth {
+            // Dekker-style with the finisher (`on_fatal_signal`): announce the block first, then
+            // look for a pending signal; the finisher reads the flag after the signal is set.
+            slot.in_block.store(true, Ordering::Relaxed);
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
         if fatal_signal::pending() {
             // A default-fatal signal is being handled (issue 20): no more guest code here.
             slot.in_block.store(false, Ordering::Release);
             fatal_signal::park();
-        }
-        if self.opts.truth {
-            slot.in_block.store(true, Ordering::Relaxed);
         }
         if self.n_handlers.load(Ordering::Relaxed) != 0 && self.is_handler(info.pc) {
             self.handler_block(slot, info);
@@ -526,6 +529,7 @@ impl Shared {
         // With truth=1, a vCPU in the middle of a block still logs its instructions: wait until
         // each has parked at its next block or system call (microseconds; bounded at 2 s).
         if self.opts.truth {
+            std::sync::atomic::fence(Ordering::SeqCst);
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
             for slot in self.vcpus.iter().take(self.n_slots.load(Ordering::Relaxed)) {
                 while slot.in_block.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
