@@ -130,6 +130,21 @@ pub fn system_op(bytes: &[u8], bitness: u32) -> Option<SystemOp> {
     }
 }
 
+/// The instruction can change CS, CR0.PE or IA32_EFER.LMA (the registers behind MODE.Exec and
+/// CPL) without being a far transfer or an event: MOV to CR0, LMSW, RSM, WRMSR (IA32_EFER). The
+/// full-system plugin reads those registers again after a block that holds one.
+pub fn may_change_mode(bytes: &[u8]) -> bool {
+    [64, 32, 16].iter().any(|&bitness| {
+        let insn = Decoder::new(bitness, bytes, DecoderOptions::NONE).decode();
+        !insn.is_invalid()
+            && match insn.mnemonic() {
+                Mnemonic::Lmsw | Mnemonic::Rsm | Mnemonic::Wrmsr => true,
+                Mnemonic::Mov => insn.op0_register() == iced_x86::Register::CR0,
+                _ => false,
+            }
+    })
+}
+
 /// The memory operand of an instruction, with registers named as the plugin register API names
 /// the full 64-bit registers ("rax", "r8", ...).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -378,6 +393,18 @@ mod tests {
 
     fn k(bytes: &[u8]) -> BranchKind {
         classify(bytes, 0x401000, 64).unwrap().kind
+    }
+
+    #[test]
+    fn mode_changing_instructions_are_found_in_every_mode() {
+        assert!(may_change_mode(&[0x0F, 0x22, 0xC0])); // mov cr0, eax / rax
+        assert!(may_change_mode(&[0x0F, 0x01, 0xF0])); // lmsw ax
+        assert!(may_change_mode(&[0x0F, 0xAA])); // rsm
+        assert!(may_change_mode(&[0x0F, 0x30])); // wrmsr (IA32_EFER)
+        assert!(!may_change_mode(&[0x0F, 0x22, 0xD8]), "mov cr3 changes no mode");
+        assert!(!may_change_mode(&[0x0F, 0x22, 0xE0]), "mov cr4 changes no mode");
+        assert!(!may_change_mode(&[0x0F, 0x20, 0xC0]), "mov from cr0");
+        assert!(!may_change_mode(&[0x75, 0x10]));
     }
 
     #[test]

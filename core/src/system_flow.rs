@@ -133,6 +133,39 @@ impl<B: BlockRef> Executed<B> {
     }
 }
 
+/// Where execution continues after `prev` when its last instruction ended it along a path known
+/// at translation: fall-through, a direct JMP/CALL, either way of a conditional branch, a REP
+/// string instruction repeating or not. `delta` is `prev`'s actual address minus its address at
+/// translation, as `block` takes it. The next block, translated at `next_translated`, tells which
+/// candidate it is: x86 system-mode translations are PC-relative, so a block's linear address at
+/// run time differs from its linear address at translation by a multiple of the page size, and
+/// only a candidate with the same page offset (compared at translation, in linear addresses: a
+/// near transfer keeps CS and its base) can be it. Returns the candidate moved by `delta`, or
+/// None when that does not decide (an indirect or far transfer, a block QEMU left early,
+/// `last_started` not its last instruction, no or two candidates with that page offset): the
+/// caller reads RIP.
+pub fn successor_pc(prev: &SysBlock, delta: u64, last_started: u64, next_translated: u64) -> Option<u64> {
+    if last_started != prev.last.ip {
+        return None;
+    }
+    let last = prev.last;
+    let nlip = last.nlip();
+    let (a, b) = match last.kind {
+        BranchKind::None if last.rep_string => (last.ip, Some(nlip)),
+        BranchKind::None => (nlip, None),
+        BranchKind::Conditional { target } => (target, Some(nlip)),
+        BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => (target, None),
+        _ => return None,
+    };
+    let same_page_offset = |x: u64| (x ^ next_translated) & 0xFFF == 0;
+    let found = match (same_page_offset(a), b.filter(|&b| same_page_offset(b) && b != a)) {
+        (true, None) => a,
+        (false, Some(b)) => b,
+        _ => return None,
+    };
+    Some(found.wrapping_add(delta))
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Position<B> {
     /// Nothing executed yet.
@@ -363,6 +396,48 @@ mod tests {
 
     fn u16ip(v: u64) -> IpPayload {
         IpPayload { compression: IpCompression::Update16, payload: v & 0xffff }
+    }
+
+    fn ended_by(kind: BranchKind, rep_string: bool) -> SysBlock {
+        SysBlock {
+            insns: vec![0x1000, 0x1004],
+            last: ClassifiedInsn { ip: 0x1004, len: 2, kind, rep_string },
+            writes_cr3: false,
+        }
+    }
+
+    #[test]
+    fn successor_of_a_conditional_branch_is_the_candidate_with_the_next_blocks_page_offset() {
+        let b = ended_by(BranchKind::Conditional { target: 0x1800 }, false);
+        // Run 0x7000 bytes above its translation; the next translation is at another address too.
+        assert_eq!(successor_pc(&b, 0x7000, 0x1004, 0x3800), Some(0x8800), "taken");
+        assert_eq!(successor_pc(&b, 0x7000, 0x1004, 0x1006), Some(0x8006), "not taken");
+        assert_eq!(successor_pc(&b, 0, 0x1004, 0x1234), None, "neither: read RIP");
+        assert_eq!(successor_pc(&b, 0, 0x1000, 0x1800), None, "left before its last instruction");
+        let same = ended_by(BranchKind::Conditional { target: 0x2006 }, false);
+        assert_eq!(successor_pc(&same, 0, 0x1004, 0x2006), None, "both candidates have one page offset");
+    }
+
+    #[test]
+    fn successor_in_real_mode_with_a_cs_base_that_is_not_page_aligned() {
+        // CS = 0034H: base 340H. QEMU reports linear addresses, RIP holds the offset (EIP), so
+        // `delta` = EIP - linear = -340H; page offsets match in linear addresses only.
+        let b = ended_by(BranchKind::Conditional { target: 0x1800 }, false);
+        let delta = 0u64.wrapping_sub(0x340);
+        assert_eq!(successor_pc(&b, delta, 0x1004, 0x1800), Some(0x14C0), "taken: EIP 14C0H");
+        assert_eq!(successor_pc(&b, delta, 0x1004, 0x1006), Some(0xCC6), "not taken: EIP 0CC6H");
+    }
+
+    #[test]
+    fn successor_after_fall_through_direct_jump_and_rep_string() {
+        assert_eq!(successor_pc(&ended_by(BranchKind::None, false), 0, 0x1004, 0x1006), Some(0x1006));
+        assert_eq!(successor_pc(&ended_by(BranchKind::DirectCall { target: 0x5000 }, false), 0x1000, 0x1004, 0x5000), Some(0x6000));
+        let rep = ended_by(BranchKind::None, true);
+        assert_eq!(successor_pc(&rep, 0, 0x1004, 0x1004), Some(0x1004), "repeats");
+        assert_eq!(successor_pc(&rep, 0, 0x1004, 0x1006), Some(0x1006), "done");
+        for kind in [BranchKind::IndirectJump, BranchKind::Return, BranchKind::Far(FarKind::Iret), BranchKind::SoftwareInterrupt] {
+            assert_eq!(successor_pc(&ended_by(kind, false), 0, 0x1004, 0x1006), None, "{kind:?}");
+        }
     }
 
     #[test]

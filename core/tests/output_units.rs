@@ -728,3 +728,49 @@ fn single_output_region_topa_pmi_comes_before_the_region_fills() {
     assert!(!u.write(&mut mem, &[1; 100]).pmi);
     assert_eq!(u.output_mask_ptrs(), ptrs(0, 3684));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Held-back output (issue 13): `quiet_room` bytes can be stored later in one piece with the same
+// outcome; one more byte is an event.
+
+#[test]
+fn quiet_room_ends_one_byte_before_an_int_region_fills() {
+    let mut mem = SparseMemory::new();
+    mem.add_ram(0x1000, 0x1000).add_ram(0x10000, 0x2000);
+    put_table(&mut mem, 0x1000, &[region(0x10000, 0, INT), region(0x11000, 0, 0), end(0x1000)]);
+    let mut u = skylake();
+    assert_eq!(u.quiet_room(), 0, "idle unit: nothing may be held back");
+    u.start(true, 0x1000, ptrs(0, 96), &mut mem).unwrap();
+    assert_eq!(u.quiet_room(), 4096 - 96 - 1);
+    assert_eq!(u.write(&mut mem, &vec![1; 4096 - 96 - 1]), done(4096 - 96 - 1), "quiet bytes: no event");
+    assert_eq!(u.quiet_room(), 0);
+    assert!(u.write(&mut mem, &[2]).pmi, "the byte after the quiet room fills the INT region");
+    assert_eq!(u.quiet_room(), 4095, "next region, no INT: still ends before the next entry load");
+}
+
+#[test]
+fn quiet_room_of_a_single_range_is_unbounded_and_of_a_stopped_unit_zero() {
+    let mut mem = SparseMemory::new();
+    mem.add_ram(0x10000, 0x1000).add_ram(0x1000, 0x1000);
+    let mut u = skylake();
+    u.start(false, 0x10000, 0xFF, &mut mem).unwrap();
+    assert_eq!(u.quiet_room(), u64::MAX, "a single range wraps without an event");
+    put_table(&mut mem, 0x1000, &[region(0x10000, 0, STOP), end(0x1000)]);
+    u.start(true, 0x1000, ptrs(0, 0), &mut mem).unwrap();
+    assert!(u.write(&mut mem, &[0; 4096]).stopped);
+    assert_eq!(u.quiet_room(), 0);
+}
+
+#[test]
+fn quiet_room_of_a_single_output_region_table_ends_before_the_early_pmi_mark() {
+    let mut mem = SparseMemory::new();
+    mem.add_ram(0x1000, 0x1000).add_ram(0x10000, 0x1000);
+    put_table(&mut mem, 0x1000, &[region(0x10000, 0, INT), end(0x1000)]);
+    let mut u = OutputUnit::new(single_entry_caps());
+    u.start(true, 0x1000, ptrs(0, 0), &mut mem).unwrap();
+    // The PMI comes when the fill crosses 4096 - 512.
+    let quiet = u.quiet_room();
+    assert_eq!(quiet, 4096 - 512 - 1);
+    assert!(!u.write(&mut mem, &vec![1; quiet as usize]).pmi);
+    assert!(u.write(&mut mem, &[2]).pmi);
+}

@@ -80,7 +80,8 @@ impl Register for PtTrace {
         }
         if info.system.is_some() {
             let smp = info.system.as_ref().map_or(1, |s| s.smp_vcpus);
-            return system::install(id, args, smp);
+            let max = info.system.as_ref().map_or(1, |s| s.max_vcpus);
+            return system::install(id, args, smp, max);
         }
         // SAFETY: registers a plain function; called by the C library in the child after fork().
         unsafe { pthread_atfork(None, None, Some(on_fork_child)) };

@@ -21,7 +21,7 @@ use crate::{fail, guarded};
 use parking_lot::Mutex;
 use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUGCTL, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
-use pttrace_core::insn_class::{choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
+use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
 use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
@@ -30,14 +30,25 @@ use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
-use pttrace_core::system_flow::{CpuView, RetireSink, SysBlock, SystemFlow};
+use pttrace_core::system_flow::{successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 const MAX_VCPUS: usize = 1024;
+/// Intel PT bytes the vCPU holds back before storing them into the output region, as long as
+/// storing them later changes nothing but when they arrive (`OutputUnit::quiet_room`: no ToPA
+/// PMI, STOP, entry load or error is crossed). Storing a few bytes per block costs more than
+/// generating them. Hardware buffers packets internally as well and only guarantees them in
+/// memory once TraceEn is cleared (SDM §33.2.7); the plugin stores everything before the guest
+/// reads or writes a trace MSR and when TraceEn is cleared, so the output pointers always
+/// account for every byte generated.
+const OUTPUT_HOLD_BYTES: u64 = 4096;
+/// ... and for at most this many blocks (a few milliseconds), and never across a HLT, so a trace
+/// that grows slowly still reaches memory and the host copy at bounded intervals.
+const OUTPUT_HOLD_BLOCKS: u32 = 1 << 16;
 /// IA32_APIC_BASE: QEMU raises #GP(0) for a WRMSR with its reserved bits 63:52 set.
 const MSR_IA32_APIC_BASE: u64 = 0x1B;
 /// IA32_APIC_BASE (1BH): its base field locates the APIC page trace output must avoid.
@@ -180,6 +191,8 @@ struct BlockInfo {
     /// The modes whose decoding matches the instruction boundaries QEMU translated the block
     /// with (the mode QEMU translated in is one of them).
     modes: ModeSet,
+    /// An instruction of the block may change CS, CR0.PE or IA32_EFER.LMA (`may_change_mode`).
+    changes_mode: bool,
 }
 
 
@@ -238,6 +251,14 @@ struct Vcpu {
     exception_pending: bool,
     /// Actual address of the current block minus its address at translation.
     pc_delta: u64,
+    /// The block that ran last, as the flow classified it, its `pc_delta` and whether it may
+    /// have changed the mode registers; None when its address was not exact or an event came
+    /// after it. The next block's address follows from it after direct transfers
+    /// (`successor_pc`), so RIP is read only after indirect and far transfers and events.
+    after: Option<(&'static SysBlock, u64, bool)>,
+    /// CS, CR0 and IA32_EFER as last read: they change only at far transfers, events and the
+    /// instructions `may_change_mode` finds, after which they are read again.
+    mode_regs: Option<(u64, u64, u64)>,
     /// CPUID.0:EAX as QEMU answers it (before raising it to 14H/15H).
     native_max_leaf: u32,
     /// Blocks since the guest TSC was last sampled (see `on_block`).
@@ -251,6 +272,11 @@ struct Vcpu {
     /// Trace bytes generated after the output stopped (ToPA STOP, output error): hardware loses
     /// them too; counted and reported at exit.
     lost_after_stop: u64,
+    /// Blocks since Intel PT bytes were last stored while some are held back (see `drain`).
+    held_blocks: u32,
+    /// This vCPU's `last_started` entry, when scoreboards never move (`fixed_scoreboards`):
+    /// the block callback then reads and resets it without looking the entry up.
+    last_started_slot: Option<Slot>,
     /// The value last stored in this vCPU's `need_block_cb` slot.
     block_cb_flag: Option<bool>,
     truth: Option<Vec<u8>>,
@@ -264,7 +290,30 @@ struct PerVcpuU64(qemu_plugin::sys::qemu_plugin_u64);
 unsafe impl Send for PerVcpuU64 {}
 unsafe impl Sync for PerVcpuU64 {}
 
+/// A pointer to one vCPU's entry of a scoreboard (valid while the scoreboard does not move).
+struct Slot(*mut u64);
+
+// SAFETY: only the owning vCPU's callbacks use it (the per-vCPU state is behind a mutex).
+unsafe impl Send for Slot {}
+
+impl Slot {
+    /// The value, replaced by `reset`.
+    #[inline]
+    fn take(&self, reset: u64) -> u64 {
+        // SAFETY: points into a live scoreboard (see `Shared::fixed_scoreboards`); only this
+        // vCPU's thread (its translated code and its callbacks) accesses the entry.
+        unsafe { std::ptr::replace(self.0, reset) }
+    }
+}
+
 impl PerVcpuU64 {
+    /// Where `vcpu`'s entry is now.
+    fn slot(&self, vcpu: u32) -> Slot {
+        // SAFETY: the scoreboard is live and has an entry per vCPU QEMU initialised.
+        let base = unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_find(self.0.score, vcpu) };
+        Slot(base.cast::<u8>().wrapping_add(self.0.offset).cast::<u64>())
+    }
+
     /// A zeroed slot per vCPU (never freed: it lives as long as QEMU).
     fn new() -> Self {
         // SAFETY: plain allocation of one u64 per vCPU.
@@ -306,6 +355,8 @@ pub struct Shared {
     /// Address of the last instruction that started, stored inline when a block's last
     /// instruction starts: tells whether QEMU left the block before its end.
     last_started: PerVcpuU64,
+    /// Scoreboards never move (at most 16 vCPUs): a vCPU may keep pointers to its entries.
+    fixed_scoreboards: bool,
     out: Option<Output>,
     vcpus: Box<[Mutex<Option<Vcpu>>]>,
     code: crate::output::CodeImage,
@@ -401,6 +452,11 @@ impl Shared {
             || p.rdmsr.is_some()
             || p.misc_enable
             || p.rdtsc.is_some();
+        if !needed {
+            // Blocks run unseen from now on: the next one seen cannot follow from this one.
+            v.after = None;
+            v.mode_regs = None;
+        }
         if v.block_cb_flag != Some(needed) {
             v.block_cb_flag = Some(needed);
             self.need_block_cb.set(v.index, u64::from(needed));
@@ -467,12 +523,16 @@ impl Shared {
             pending: Pending::default(),
             exception_pending: false,
             pc_delta: 0,
+            after: None,
+            mode_regs: None,
             native_max_leaf: 0x14,
             blocks_since_tsc: 0,
             credited_insns: 0,
             rtit_credit: 0,
             lost_after_stop: 0,
             credit: self.drainer.as_ref().map(|d| d.credit()),
+            held_blocks: 0,
+            last_started_slot: self.fixed_scoreboards.then(|| self.last_started.slot(vcpu)),
             block_cb_flag: None,
             truth: self.opts.truth.then(Vec::new),
         };
@@ -510,32 +570,43 @@ impl Shared {
             &*Box::leak(Box::new(SysBlock { insns: addrs.clone(), last, writes_cr3 }))
         };
         let has_wrmsr = insns.iter().any(|(_, b)| system_op(b, 64) == Some(SystemOp::Wrmsr));
-        let info = Arc::new(BlockInfo {
+        let changes_mode = insns.iter().any(|(_, b)| may_change_mode(b));
+        // Kept for the life of the process: QEMU does not say when a translation is freed (the
+        // qemu-plugin crate's closures are leaked the same way).
+        let info: &'static BlockInfo = Box::leak(Box::new(BlockInfo {
             pc,
             has_wrmsr,
             by_mode: [for_mode(16), for_mode(32), for_mode(64)],
             modes,
-        });
+            changes_mode,
+        }));
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
         let bitness = 64;
-        let on_block = move |vcpu| {
-            if let Some(sh) = SHARED.get() {
-                guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, &info)));
+        // A plain C function with the block's record as user data: no boxed closure per block.
+        let udata = info as *const BlockInfo as *mut std::ffi::c_void;
+        // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
+        unsafe {
+            if has_wrmsr {
+                // A WRMSR may start tracing in the middle of this block: the flow must know the
+                // block whatever the flag says.
+                qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cb(
+                    crate::tb_ptr(tb),
+                    Some(on_block_exec),
+                    CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
+                    udata,
+                );
+            } else {
+                qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cond_cb(
+                    crate::tb_ptr(tb),
+                    Some(on_block_exec),
+                    CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
+                    qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_NE,
+                    self.need_block_cb.0,
+                    0,
+                    udata,
+                );
             }
-        };
-        if has_wrmsr {
-            // A WRMSR may start tracing in the middle of this block: the flow must know the
-            // block whatever the flag says.
-            tb.register_execute_callback_flags(on_block, CallbackFlags::QEMU_PLUGIN_CB_RW_REGS);
-        } else {
-            tb.register_conditional_execute_callback_flags(
-                on_block,
-                CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
-                qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_NE,
-                self.need_block_cb.0,
-                0,
-            );
         }
         let count_insns = self.icount_shift.is_some()
             || host_tsc().is_none()
@@ -626,27 +697,40 @@ impl Shared {
         // (a block with a WRMSR, which may enable tracing, reads it too).
         let rtit_on = v.rtit.as_ref().is_some_and(|r| r.trigger_en());
         let lbr_on = self.lbr_recording(v);
-        let pc = if v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on {
-            v.regs.get("rip").unwrap_or(info.pc)
+        let last_started = match &v.last_started_slot {
+            Some(slot) => slot.take(u64::MAX),
+            None => self.last_started.take(v.index, u64::MAX),
+        };
+        let exact = v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on;
+        let after = v.after.take();
+        let pc = if exact {
+            after
+                .and_then(|(prev, delta, _)| successor_pc(prev, delta, last_started, info.pc))
+                .unwrap_or_else(|| v.regs.get("rip").unwrap_or(info.pc))
         } else {
             info.pc
         };
         v.pc_delta = pc.wrapping_sub(info.pc);
         v.cur_modes = info.modes;
-        let key = mode_key(&v.regs);
+        if after.is_none_or(|(prev, _, changes_mode)| changes_mode || matches!(prev.last.kind, BranchKind::Far(_))) {
+            v.mode_regs = None;
+        }
+        let (cs, cr0, efer) = *v.mode_regs.get_or_insert_with(|| {
+            (v.regs.get("cs").unwrap_or(0), v.regs.get("cr0").unwrap_or(0), v.regs.get("efer").unwrap_or(0))
+        });
+        let key = (cs, cr0 & 1, 0);
         if v.proven.is_some_and(|(_, k)| k != key) {
             v.proven = None;
         }
-        let lma = v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0;
+        let lma = efer & (1 << 10) != 0;
         let possible = if lma { info.modes } else { ModeSet(info.modes.0 & !4) };
         if let Some(m) = possible.single().filter(|_| key.1 != 0) {
             v.proven = Some((m, key));
         }
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven };
-        let last_started = self.last_started.take(v.index, u64::MAX);
         if v.bts.active() && !v.bts.dtes64() {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
-            v.bts.set_ia32e(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
+            v.bts.set_ia32e(lma);
         }
         let mut sink = Retire {
             pt: &mut v.tracer,
@@ -659,6 +743,20 @@ impl Shared {
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         if sink.bts_pmi {
             Self::deliver_pmi();
+        }
+        // The next block's address follows from this one only if the flow classified it in a
+        // mode QEMU can have translated it in (before tracing starts, the tracked mode may be
+        // stale, e.g. 64-bit while the firmware runs real-mode code), and not in 16-bit code,
+        // whose branch targets wrap at 64 KiB in IP while QEMU reports linear addresses (CS
+        // base added): RIP is read there.
+        let mode = v.tracer.context().mode;
+        if exact && mode != ExecMode::Bit16 && info.modes.contains(mode) {
+            let chosen = info.by_mode[match mode {
+                ExecMode::Bit16 => 0,
+                ExecMode::Bit32 => 1,
+                ExecMode::Bit64 => 2,
+            }];
+            v.after = Some((chosen, v.pc_delta, info.changes_mode));
         }
         let pmu_pmi = v.pmu.take_pmi();
         Self::counter_pmi(v, pmu_pmi);
@@ -803,8 +901,28 @@ impl Shared {
         }
     }
 
-    /// Hand the generated packets to the output unit (guest memory) and the host mirror.
+    /// Hand the generated packets to the output unit (guest memory) and the host mirror, holding
+    /// back Intel PT bytes while that cannot change anything but their own arrival (see
+    /// `OUTPUT_HOLD_BYTES`).
     fn drain(&self, v: &mut Vcpu) {
+        self.drain_or_hold(v, false);
+    }
+
+    /// As `drain`, storing every byte now (TraceEn cleared).
+    fn flush_output(&self, v: &mut Vcpu) {
+        self.drain_or_hold(v, true);
+    }
+
+    /// Store the Intel PT bytes held back so far, without a drain step of the internal-buffer
+    /// model (which runs at block boundaries and events): before the guest reads or writes a
+    /// trace MSR and at HLT.
+    fn store_held(&self, v: &mut Vcpu) {
+        if !v.tracer.output().is_empty() && v.output_active {
+            self.store_output(v);
+        }
+    }
+
+    fn drain_or_hold(&self, v: &mut Vcpu, flush: bool) {
         self.credit_drain(v);
         if let Some(r) = v.rtit.as_mut() {
             // The RTIT internal buffer goes to its output region at every block boundary, or as
@@ -844,6 +962,17 @@ impl Shared {
             v.tracer.clear_output();
             return;
         }
+        let held = v.tracer.output().len() as u64;
+        if !flush && held < OUTPUT_HOLD_BYTES && held <= v.output.quiet_room() && v.held_blocks < OUTPUT_HOLD_BLOCKS {
+            v.held_blocks += 1;
+            return;
+        }
+        self.store_output(v);
+    }
+
+    /// Store the Intel PT bytes generated so far through the output unit (and the host copy).
+    fn store_output(&self, v: &mut Vcpu) {
+        v.held_blocks = 0;
         let bytes = v.tracer.output();
         let outcome = v.output.write(&mut PhysMem, bytes);
         let written = outcome.written.min(bytes.len());
@@ -942,6 +1071,8 @@ impl Shared {
             v.regs.set("rdx", value >> 32);
         }
         if let Some(index) = v.pending.rdmsr.take() {
+            // The output pointers and STATUS show every byte generated so far.
+            self.store_held(v);
             self.sync_status(v);
             let value = self.read_msr(v, index);
             if let Ok(value) = value {
@@ -1048,6 +1179,7 @@ impl Shared {
 
     fn before_op(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
         self.apply_pending(v);
+        v.mode_regs = None;
         self.before_op_inner(v, op, ip, len, bytes);
         // A result to fix up (possibly in the next block) or a WRMSR that switched tracing.
         self.refresh_block_cb(v);
@@ -1102,6 +1234,7 @@ impl Shared {
                 // clock restarts at the next block, after the wake-up).
                 self.count_to(v, ip);
                 v.cycle_clock = None;
+                self.store_held(v);
             }
         }
     }
@@ -1139,6 +1272,7 @@ impl Shared {
         if !owned_msr(index, &self.opts) {
             return;
         }
+        self.store_held(v);
         let rdx = v.regs.get("rdx").unwrap_or(0);
         let value = (rdx << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
         if Pmu::owns(index) {
@@ -1224,7 +1358,7 @@ impl Shared {
                 // Everything buffered reaches memory before the WRMSR completes, so the guest
                 // reads a complete stream and final pointers right after it.
                 v.tracer.write_ctl(ip, nlip, v.msrs.ctl);
-                self.drain(v);
+                self.flush_output(v);
                 v.output.stop();
                 v.output_active = false;
                 if self.opts.caps.psb_cyc {
@@ -1344,6 +1478,10 @@ impl Shared {
 
     fn on_discon(&self, vcpu: VCPUIndex, ty: i32, from: u64, to: u64) {
         self.with_vcpu(vcpu, |sh, v| {
+            // The next block is a handler (or the RDPMC's successor): read its address and the
+            // mode registers.
+            v.after = None;
+            v.mode_regs = None;
             sh.apply_pending(v);
             if let Some((rcx, rdx)) = v.pending.gp_restore.take() {
                 v.regs.set("rcx", rcx);
@@ -1533,7 +1671,7 @@ fn single_threaded_tcg() -> bool {
     args.iter().any(|a| a.contains("thread=single") || a == "-icount" || a == "--icount")
 }
 
-pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result<()> {
+pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qemu_plugin::Result<()> {
     let opts = SystemOptions::parse(args.raw.iter().map(String::as_str)).unwrap_or_else(|e| fail(&e.0));
     if smp_vcpus > 1 && single_threaded_tcg() {
         fail(&format!(
@@ -1572,6 +1710,9 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
         vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
         code: crate::output::CodeImage::default(),
         last_started: PerVcpuU64::new(),
+        // QEMU allocates scoreboards for 16 vCPUs and moves them only when a vCPU with a higher
+        // index appears (plugins/core.c, plugin_grow_scoreboards__locked).
+        fixed_scoreboards: max_vcpus <= 16,
         need_block_cb: PerVcpuU64::new(),
         insns: PerVcpuU64::new(),
         icount_shift: icount_shift(),
@@ -1589,6 +1730,15 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64) -> qemu_plugin::Result
         }
     })?;
     Ok(())
+}
+
+/// The execute callback of every translated block (user data: its `BlockInfo`).
+extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
+    // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
+    let info = unsafe { &*(info as *const BlockInfo) };
+    if let Some(sh) = SHARED.get() {
+        guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info)));
+    }
 }
 
 pub fn vcpu_init(vcpu: VCPUIndex) {

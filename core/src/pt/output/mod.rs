@@ -304,6 +304,23 @@ impl OutputUnit {
         out
     }
 
+    /// How many bytes `write` can store before its outcome can be anything but plain stores
+    /// (a ToPA PMI, STOP, the next table entry, an error): while fewer are pending, the caller
+    /// may hold them back and store them later in one piece with the same result. Hardware
+    /// buffers output internally too (SDM §33.2.7: packets reach memory only after TraceEn is
+    /// cleared or some time later). 0 unless the unit is running; a single range never has an
+    /// event (it wraps silently).
+    pub fn quiet_room(&self) -> u64 {
+        if self.state != OutputState::Running {
+            return 0;
+        }
+        match &self.scheme {
+            Scheme::Single(_) => u64::MAX,
+            Scheme::Topa(t) => t.quiet_room(),
+            Scheme::Msrs => 0,
+        }
+    }
+
     /// Bytes dropped so far because the output pointed at memory that is not RAM (reported at
     /// exit: nothing is lost silently).
     pub fn restricted_bytes(&self) -> u64 {

@@ -188,6 +188,22 @@ impl Topa {
         Ok(Entry::Output(Region { base, size, int: raw & INT != 0, stop: raw & STOP != 0 }))
     }
 
+    /// Bytes that can be stored before anything the guest can observe happens other than the
+    /// bytes themselves: completing the current region (a ToPA PMI, STOP, or loading the next
+    /// entry, which may be an operational error) or, in a single-output-region table, crossing the
+    /// early PMI mark. The byte that completes the region is not quiet.
+    pub(super) fn quiet_room(&self) -> u64 {
+        let Some(r) = self.region else { return 0 };
+        let mut room = r.size.saturating_sub(self.offset).saturating_sub(1);
+        if self.single_entry && r.int {
+            let early = r.size - (r.size / 4).min(512);
+            if self.offset < early {
+                room = room.min(early - self.offset - 1);
+            }
+        }
+        room
+    }
+
     /// Fill regions in order. On a full region: INT -> `pmi`; STOP -> `stopped`, the pointer
     /// stays with offset = size and the rest of the input is dropped ("output ceases after the
     /// last byte of the region is filled, which may mean that a packet is cut off in the middle");
