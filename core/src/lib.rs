@@ -13,3 +13,6 @@ pub mod system_flow;
 pub mod pmu;
 pub mod bts;
 pub mod lbr;
+/// The lock around one vCPU's model state in the plugin (its own thread at every block, another
+/// only at exit).
+pub mod vcpu_cell;

@@ -18,7 +18,7 @@ use crate::guest::{self, LinearMem, PhysMem};
 use crate::output::{FileKey, Output};
 use crate::regs::Regs;
 use crate::{fail, guarded};
-use parking_lot::Mutex;
+use pttrace_core::vcpu_cell::VcpuCell;
 use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUGCTL, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
@@ -215,6 +215,14 @@ struct Pending {
     rdtsc: Option<u64>,
 }
 
+impl Pending {
+    /// Something `apply_pending` handles is waiting.
+    #[inline]
+    fn any(&self) -> bool {
+        self.cpuid.is_some() || self.rdmsr.is_some() || self.misc_enable || self.rdtsc.is_some()
+    }
+}
+
 struct Vcpu {
     index: u32,
     tracer: Tracer,
@@ -358,7 +366,7 @@ pub struct Shared {
     /// Scoreboards never move (at most 16 vCPUs): a vCPU may keep pointers to its entries.
     fixed_scoreboards: bool,
     out: Option<Output>,
-    vcpus: Box<[Mutex<Option<Vcpu>>]>,
+    vcpus: Box<[VcpuCell<Option<Vcpu>>]>,
     code: crate::output::CodeImage,
 }
 
@@ -680,7 +688,9 @@ impl Shared {
     }
 
     fn on_block(&self, v: &mut Vcpu, info: &BlockInfo) {
-        self.apply_pending(v);
+        if v.pending.any() {
+            self.apply_pending(v);
+        }
         // Reading the host TSC costs ~40 ns on virtualised hosts. MTC, CYC and RTIT's counters
         // need it at every block; otherwise only TSC packets in PSB+ use it, and a sample at most
         // 64 blocks old (microseconds) is taken (WRMSRs and events sample it afresh).
@@ -904,7 +914,18 @@ impl Shared {
     /// Hand the generated packets to the output unit (guest memory) and the host mirror, holding
     /// back Intel PT bytes while that cannot change anything but their own arrival (see
     /// `OUTPUT_HOLD_BYTES`).
+    #[inline]
     fn drain(&self, v: &mut Vcpu) {
+        // The common case at a block boundary: Intel PT alone, a few bytes held back.
+        if self.opts.buffer.is_none()
+            && v.rtit.is_none()
+            && v.output_active
+            && (v.tracer.output().len() as u64) < OUTPUT_HOLD_BYTES.min(v.output.quiet_room())
+            && v.held_blocks < OUTPUT_HOLD_BLOCKS
+        {
+            v.held_blocks += 1;
+            return;
+        }
         self.drain_or_hold(v, false);
     }
 
@@ -1707,7 +1728,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
     let shared = Shared {
         opts,
         out,
-        vcpus: (0..MAX_VCPUS).map(|_| Mutex::new(None)).collect(),
+        vcpus: (0..MAX_VCPUS).map(|_| VcpuCell::new(None)).collect(),
         code: crate::output::CodeImage::default(),
         last_started: PerVcpuU64::new(),
         // QEMU allocates scoreboards for 16 vCPUs and moves them only when a vCPU with a higher
