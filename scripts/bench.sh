@@ -112,7 +112,7 @@ export QEMU=$qemu_dir/qemu-system-x86_64
 gbin=$top/target/guest/bin
 bash "$top/tests/guest/build.sh" "$gbin" >/dev/null
 field() { sed -n "s/.*BENCH .* $1=\\([0-9]*\\).*/\\1/p"; }
-np=() cf=() on=() offp=() gbytes=0
+np=() cf=() on=() tp=() offp=() gbytes=0
 for _ in $(seq "$runs"); do
   base=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" 2>/dev/null | tr -d '\r')
   with=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r')
@@ -120,6 +120,7 @@ for _ in $(seq "$runs"); do
   offp+=("$(field off <<<"$with")")
   cf+=("$(field configured <<<"$with")")
   on+=("$(field on <<<"$with")")
+  tp+=("$(field topa <<<"$with")")
   gbytes=$(field bytes <<<"$with")
 done
 m() { printf '%s\n' "$@" | median; }
@@ -131,3 +132,4 @@ echo "  no plugin:                               $b"
 echo "  plugin loaded, PT never enabled:         $(m "${offp[@]}") ($(r "$(m "${offp[@]}")" "$b"))"
 echo "  RTIT_CTL configured, TraceEn = 0:        $(m "${cf[@]}") ($(r "$(m "${cf[@]}")" "$b"))"
 echo "  Intel PT on (single range):              $(m "${on[@]}") ($(r "$(m "${on[@]}")" "$b")), $gbytes trace bytes"
+echo "  Intel PT on (ToPA, 2 x 512 KiB):         $(m "${tp[@]}") ($(r "$(m "${tp[@]}")" "$b"))"
