@@ -53,10 +53,12 @@ USAGE:
         before a decode error is printed; exit 1 if any stream had one.
 
     pttrace bts-expect TRUTH CODE.IMG --on A[,A..] --off B[,B..] [--user-from U] [--off-os] [--off-usr]
+                       [--bits N] [--code16 A-B[,A-B..]]
         Print the BTS records (\"from to\" in hex) a full-system run must have
         written, from its per-instruction log (truth=1) and code image: every
         taken transfer retired between an instruction at an --on address and
         one at an --off address (addresses >= U count as CPL 3 for the filters).
+        The code is N-bit (default 64), the ranges A-B (inclusive) 16-bit.
 
     pttrace --help | -h | help
 
