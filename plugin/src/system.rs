@@ -401,6 +401,10 @@ impl Shared {
             || p.rdmsr.is_some()
             || p.misc_enable
             || p.rdtsc.is_some();
+        if !needed {
+            // Far transfers go unseen without the block callback: nothing cached stays proven.
+            v.proven = None;
+        }
         if v.block_cb_flag != Some(needed) {
             v.block_cb_flag = Some(needed);
             self.need_block_cb.set(v.index, u64::from(needed));
@@ -626,7 +630,11 @@ impl Shared {
         // (a block with a WRMSR, which may enable tracing, reads it too).
         let rtit_on = v.rtit.as_ref().is_some_and(|r| r.trigger_en());
         let lbr_on = self.lbr_recording(v);
-        let pc = if v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on {
+        // RIP is CS-relative and the block's address linear (CS base + EIP). Without paging
+        // (CR0.PG = 0) linear = physical: a translation only runs at the address it was made
+        // for, which is exact, CS base included (real mode, issue 12).
+        let paging = v.regs.get("cr0").unwrap_or(0) & (1 << 31) != 0;
+        let pc = if paging && (v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on) {
             v.regs.get("rip").unwrap_or(info.pc)
         } else {
             info.pc
@@ -634,7 +642,10 @@ impl Shared {
         v.pc_delta = pc.wrapping_sub(info.pc);
         v.cur_modes = info.modes;
         let key = mode_key(&v.regs);
-        if v.proven.is_some_and(|(_, k)| k != key) {
+        // A far transfer or an event may have reloaded CS, even with the same selector value
+        // (a rewritten GDT entry): the cached mode is re-established below (issue 12).
+        let cs_loaded = v.flow.cs_may_have_been_loaded();
+        if cs_loaded || v.proven.is_some_and(|(_, k)| k != key) {
             v.proven = None;
         }
         let lma = v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0;
@@ -657,7 +668,12 @@ impl Shared {
             lbr: lbr_on.then_some(&mut v.lbr),
         };
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
-        if sink.bts_pmi {
+        let bts_pmi = sink.bts_pmi;
+        if cs_loaded && v.proven.is_none() && key.1 != 0 {
+            // The descriptor cache: the mode chosen when CS was loaded holds until the next load.
+            v.proven = Some((v.tracer.context().mode, key));
+        }
+        if bts_pmi {
             Self::deliver_pmi();
         }
         let pmu_pmi = v.pmu.take_pmi();
