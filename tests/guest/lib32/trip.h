@@ -160,10 +160,10 @@ asm(".text\n\t"
     "mov 20(%ebp), %eax\n\t"
     "jmp 1f\n"
     "1:\n"                                 /* blocks that decode alike as 16- and 32-bit code */
-    ".globl " TRIP_W_PAUSE "\n" TRIP_W_PAUSE ": wrmsr\n\t"
+    "trip_w_pause: wrmsr\n\t"
     "mov 8(%ebp), %ecx\n\t"
     "mov 24(%ebp), %eax\n"
-    ".globl " TRIP_W_RESUME "\n" TRIP_W_RESUME ": wrmsr\n"
+    "trip_w_resume: wrmsr\n"
     "trip_call_after_resume: call f16\n\t"
     "mov $2, %cx\n"
     "1:\t"
@@ -183,6 +183,10 @@ asm(".text\n\t"
     "pushl $b_iret_back\n"
     "trip_iretl_b7: iretl\n"
     "low_end:\n\t"
+    /* The hosts find the WRMSRs by symbol: absolute symbols at the address they run at. */
+    ".globl " TRIP_W_PAUSE ", " TRIP_W_RESUME "\n\t"
+    ".set " TRIP_W_PAUSE ", 0x3000 + (trip_w_pause - low_start)\n\t"
+    ".set " TRIP_W_RESUME ", 0x3000 + (trip_w_resume - low_start)\n\t"
     ".code32\n");
 
 void trip(void);
