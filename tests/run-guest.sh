@@ -218,9 +218,14 @@ for elf in "$bin"/t_*.elf; do
       resume != "" && $1 == resume { paused = 0 }
       $1 == on { inside = 1 }' "$truth" >"$dir/expected-$t.txt"
     [ -s "$dir/expected-$t.txt" ] || continue
-    decoder=decode
-    [ -f "$dir/thread-$t.rtit" ] && decoder=rtit-decode # the project's RTIT decoder (no public one exists)
-    if ! "$tool" "$decoder" "$dir" --thread "$t" >"$dir/decoded-$t.txt" 2>"$dir/decode-$t.err"; then
+    decoder=decode decoder_args=""
+    if [ -f "$dir/thread-$t.rtit" ]; then
+      decoder=rtit-decode # the project's RTIT decoder (no public one exists)
+      # RTIT carries no mode: `// rtit-decode: --bits N --code16 A-B` tells the decoder.
+      decoder_args=$(sed -n 's|^// rtit-decode: *||p' "$top/tests/guest/$name.c" | head -1)
+    fi
+    # shellcheck disable=SC2086
+    if ! "$tool" "$decoder" "$dir" --thread "$t" $decoder_args >"$dir/decoded-$t.txt" 2>"$dir/decode-$t.err"; then
       bad="$bad $t(decode error: $(head -1 "$dir/decode-$t.err"))"; continue
     fi
     if [ "$decoder" = rtit-decode ] && [ -s "$dir/decoded-$t.txt" ] &&
