@@ -98,6 +98,16 @@ for elf in "$bin"/t_*.elf; do
     fi
     mem_note="${mem_note:+$mem_note; }$tsc_check within the guest's RDTSC $lo..$hi and monotonic"
   fi
+  if grep -q '^// host-check: restricted-bytes' "$top/tests/guest/$name.c"; then
+    # Every trace byte aimed at non-RAM is counted (issue 12): the plugin's exit counter equals
+    # what the guest's output pointers moved over.
+    want=$(sed -n 's/^RESTRICTED_BYTES \([0-9]*\).*/\1/p' "$dir.log" | tail -1)
+    got=$(sed -n 's/^pttrace: vCPU 0: \([0-9]*\) trace bytes aimed at memory that is not RAM were dropped.*/\1/p' "$dir.log" | tail -1)
+    if [ -z "$want" ] || [ "$got" != "$want" ]; then
+      echo "FAIL $name: dropped-byte counter at exit ${got:-missing}, guest aimed ${want:-?} bytes at non-RAM"; fail=1; continue
+    fi
+    mem_note="${mem_note:+$mem_note; }$got bytes aimed at non-RAM = the plugin's dropped-byte counter"
+  fi
   modes_want=$(sed -n 's|^// host-check: modes *||p' "$top/tests/guest/$name.c" | head -1)
   if [ -n "$modes_want" ]; then
     # The MODE.Exec payloads (CS.D, CS.L & LMA; SDM §33.4.2.8) in stream order, PSB+ included.
