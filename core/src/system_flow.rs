@@ -194,6 +194,12 @@ impl<B: BlockRef> SystemFlow<B> {
         }
     }
 
+    /// The last thing reported was the delivery of an interrupt or exception (its handler's
+    /// context is the one the caller gave `delivered`).
+    pub fn delivered_last(&self) -> bool {
+        matches!(self.pos, Position::Delivered)
+    }
+
     /// A block starting at `pc` is about to execute. `last_started` is the address of the last
     /// instruction whose execution began in the previous block (QEMU may abandon a block in the
     /// middle, e.g. to re-execute an MMIO access on its own; then the previous block's last
@@ -486,8 +492,10 @@ mod tests {
         assert!(f.cs_may_have_been_loaded()); // the next block runs after the far JMP
         f.block(&mut t, 0x3000, &block(&[0x3000], 2, BranchKind::None), 0, 0x1003, &mut cpu);
         assert!(!f.cs_may_have_been_loaded());
+        assert!(!f.delivered_last());
         f.delivered(&mut t, 0x3002, 0x9000, 0x3000, &mut cpu);
         assert!(f.cs_may_have_been_loaded()); // an interrupt loads the handler's CS
+        assert!(f.delivered_last());
     }
 
     #[test]

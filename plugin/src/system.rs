@@ -401,10 +401,6 @@ impl Shared {
             || p.rdmsr.is_some()
             || p.misc_enable
             || p.rdtsc.is_some();
-        if !needed {
-            // Far transfers go unseen without the block callback: nothing cached stays proven.
-            v.proven = None;
-        }
         if v.block_cb_flag != Some(needed) {
             v.block_cb_flag = Some(needed);
             self.need_block_cb.set(v.index, u64::from(needed));
@@ -667,10 +663,15 @@ impl Shared {
             pmu: &mut v.pmu,
             lbr: lbr_on.then_some(&mut v.lbr),
         };
+        let delivered = v.flow.delivered_last();
+        let far_before = v.flow.stats().far_transfers;
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         let bts_pmi = sink.bts_pmi;
-        if cs_loaded && v.proven.is_none() && key.1 != 0 {
-            // The descriptor cache: the mode chosen when CS was loaded holds until the next load.
+        // The descriptor cache: the mode chosen when CS was loaded (a far transfer retired just
+        // now, or an event delivered) holds until the next load. Not after a block the flow did
+        // not see retire (callbacks were off): the tracer's context may be stale then.
+        let loaded_now = delivered || v.flow.stats().far_transfers != far_before;
+        if cs_loaded && loaded_now && v.proven.is_none() && key.1 != 0 {
             v.proven = Some((v.tracer.context().mode, key));
         }
         if bts_pmi {
