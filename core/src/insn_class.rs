@@ -357,10 +357,14 @@ pub fn consistent_modes<'a>(insns: impl IntoIterator<Item = &'a [u8]> + Clone) -
 
 /// The mode a block runs in. `descriptor`: the mode the CS descriptor in the remembered GDT
 /// says; `consistent`: the modes the block's translation is consistent with; `lma`/`pe`:
-/// IA32_EFER.LMA and CR0.PE; `proven`: the mode an unambiguous block proved since the last
-/// event that can change CS (far transfer, interrupt, MOV CR0, ...). `descriptor` is None when the
-/// GDT is unknown or unreadable.
+/// IA32_EFER.LMA and CR0.PE; `proven`: the mode of the code segment register's descriptor cache
+/// as last established (an unambiguous block, or the descriptor read when CS was loaded) while
+/// CS and CR0.PE are unchanged and no far transfer or event reloaded CS. `descriptor` is None when
+/// the GDT is unknown or unreadable.
 /// SDM Vol. 3A §2.2, §9.8.5: 64-bit mode needs EFER.LMA = 1 (and CS.L); real mode is 16-bit.
+/// SDM Vol. 3A §3.4.3: the processor uses the hidden part of CS loaded with the selector; a GDT
+/// entry rewritten in memory changes nothing until CS is reloaded, so a proven mode comes before
+/// the descriptor now in memory (issue 12).
 pub fn choose_mode(descriptor: Option<ExecMode>, consistent: ModeSet, lma: bool, pe: bool, proven: Option<ExecMode>) -> ExecMode {
     let mut possible = consistent;
     if !lma {
@@ -369,14 +373,14 @@ pub fn choose_mode(descriptor: Option<ExecMode>, consistent: ModeSet, lma: bool,
     if !pe {
         return ExecMode::Bit16;
     }
-    if let Some(d) = descriptor.filter(|&d| possible.contains(d)) {
-        return d;
-    }
     if let Some(m) = possible.single() {
         return m;
     }
     if let Some(p) = proven.filter(|&p| possible.contains(p)) {
         return p;
+    }
+    if let Some(d) = descriptor.filter(|&d| possible.contains(d)) {
+        return d;
     }
     // Nothing decides: the descriptor; without one (GDT unknown or unreadable), 64-bit code
     // with LMA = 1, else 32-bit (flat segments), when consistent.
@@ -487,11 +491,33 @@ mod tests {
         assert_eq!(choose_mode(Some(Bit64), m(3), false, true, None), Bit32);
         // All consistent, nothing proven: the descriptor.
         assert_eq!(choose_mode(Some(Bit16), m(7), false, true, None), Bit16);
+        // A proven mode (the descriptor cache) comes before the descriptor in memory.
+        assert_eq!(choose_mode(Some(Bit32), m(3), false, true, Some(Bit16)), Bit16);
         // GDT unreadable right after MOV CR0 set LMA (compatibility mode until the far JMP):
         // the mode proven before decides, else 64-bit with LMA.
         assert_eq!(choose_mode(None, m(6), true, true, Some(Bit32)), Bit32);
         assert_eq!(choose_mode(None, m(6), true, true, None), Bit64);
         assert_eq!(choose_mode(None, m(7), false, true, None), Bit32);
+    }
+
+    #[test]
+    fn gdt_entry_rewritten_without_reloading_cs_keeps_the_cached_mode() {
+        use ExecMode::*;
+        // 16-bit code (CS.D = 0) proved by `call rel16`; software sets D = 1 in the GDT entry
+        // without reloading CS, then enables tracing in a block that decodes alike as 16- and
+        // 32-bit code (WRMSR): the descriptor in memory says 32-bit, the cache still 16-bit.
+        let wrmsr: &[u8] = &[0x0F, 0x30];
+        let ambiguous = consistent_modes([wrmsr]);
+        assert_eq!(choose_mode(Some(Bit32), ambiguous, false, true, Some(Bit16)), Bit16);
+        // In IA-32e mode: a compatibility-mode segment rewritten to L = 1.
+        let mov: &[u8] = &[0x89, 0xC8]; // mov eax, ecx
+        assert_eq!(choose_mode(Some(Bit64), consistent_modes([mov]), true, true, Some(Bit32)), Bit32);
+        // After the far transfer that reloads CS the cache is gone (the caller drops `proven`):
+        // the descriptor decides.
+        assert_eq!(choose_mode(Some(Bit32), ambiguous, false, true, None), Bit32);
+        // The block itself is ground truth whatever is cached.
+        let call16: &[u8] = &[0xE8, 0x10, 0x00];
+        assert_eq!(choose_mode(Some(Bit32), consistent_modes([call16]), false, true, Some(Bit32)), Bit16);
     }
 
     #[test]

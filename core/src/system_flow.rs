@@ -204,6 +204,35 @@ impl<B: BlockRef> SystemFlow<B> {
         self.stats
     }
 
+    /// Whether the code segment register may have been loaded since the last block started: the
+    /// last block ended in a far transfer (or one QEMU's report does not explain), an event was
+    /// delivered (false before the first block: nothing is known). A mode proven for the current CS selector (descriptor
+    /// cache, SDM Vol. 3A §3.4.3) is stale then, even when the selector value is the same: a far
+    /// JMP to the same selector after its GDT entry was rewritten loads the new descriptor.
+    pub fn cs_may_have_been_loaded(&self) -> bool {
+        match &self.pos {
+            Position::Start => false,
+            Position::Delivered => true,
+            Position::After(prev) => !matches!(
+                prev.block.last.kind,
+                BranchKind::None
+                    | BranchKind::AlwaysFaults
+                    | BranchKind::Conditional { .. }
+                    | BranchKind::DirectJump { .. }
+                    | BranchKind::DirectCall { .. }
+                    | BranchKind::IndirectJump
+                    | BranchKind::IndirectCall
+                    | BranchKind::Return
+            ),
+        }
+    }
+
+    /// The last thing reported was the delivery of an interrupt or exception (its handler's
+    /// context is the one the caller gave `delivered`).
+    pub fn delivered_last(&self) -> bool {
+        matches!(self.pos, Position::Delivered)
+    }
+
     /// A block starting at `pc` is about to execute. `last_started` is the address of the last
     /// instruction whose execution began in the previous block (QEMU may abandon a block in the
     /// middle, e.g. to re-execute an MMIO access on its own; then the previous block's last
@@ -520,6 +549,28 @@ mod tests {
         assert_eq!(f.stats().cut_short, 1);
         f.block(&mut t, 0x5000, &block(&[0x5000], 1, BranchKind::Return), 0, 0x1008, &mut cpu);
         assert_eq!(t.take_packet_log(), [Packet::Tip(u16ip(0x5000))]);
+    }
+
+    #[test]
+    fn far_jmp_to_the_same_selector_after_a_gdt_rewrite_may_load_a_new_mode() {
+        // Issue 12: `ljmp $0x28, x` with GDT[28H] rewritten keeps the selector value, so only
+        // the far transfer (or an event) tells the caller that CS's descriptor cache was reloaded.
+        let mut t = tracer(true, true);
+        let mut cpu = Cpu(KERNEL);
+        let mut f: SystemFlow = SystemFlow::default();
+        assert!(!f.cs_may_have_been_loaded()); // nothing known yet
+        f.block(&mut t, 0x1000, &block(&[0x1000], 3, BranchKind::DirectCall { target: 0x2000 }), 0, 0, &mut cpu);
+        assert!(!f.cs_may_have_been_loaded()); // a near CALL keeps CS
+        f.block(&mut t, 0x2000, &block(&[0x2000], 1, BranchKind::Return), 0, 0x1000, &mut cpu);
+        assert!(!f.cs_may_have_been_loaded());
+        f.block(&mut t, 0x1003, &block(&[0x1003], 8, BranchKind::Far(FarKind::FarJmp)), 0, 0x2000, &mut cpu);
+        assert!(f.cs_may_have_been_loaded()); // the next block runs after the far JMP
+        f.block(&mut t, 0x3000, &block(&[0x3000], 2, BranchKind::None), 0, 0x1003, &mut cpu);
+        assert!(!f.cs_may_have_been_loaded());
+        assert!(!f.delivered_last());
+        f.delivered(&mut t, 0x3002, 0x9000, 0x3000, &mut cpu);
+        assert!(f.cs_may_have_been_loaded()); // an interrupt loads the handler's CS
+        assert!(f.delivered_last());
     }
 
     #[test]

@@ -713,7 +713,17 @@ impl Shared {
         };
         let exact = v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on;
         let after = v.after.take();
-        let pc = if exact {
+        if after.is_none_or(|(prev, _, changes_mode)| changes_mode || matches!(prev.last.kind, BranchKind::Far(_))) {
+            v.mode_regs = None;
+        }
+        let (cs, cr0, efer) = *v.mode_regs.get_or_insert_with(|| {
+            (v.regs.get("cs").unwrap_or(0), v.regs.get("cr0").unwrap_or(0), v.regs.get("efer").unwrap_or(0))
+        });
+        // RIP is CS-relative and the block's address linear (CS base + EIP). Without paging
+        // (CR0.PG = 0) linear = physical: a translation only runs at the address it was made
+        // for, which is exact, CS base included (real mode, issue 12).
+        let paging = cr0 & (1 << 31) != 0;
+        let pc = if paging && exact {
             after
                 .and_then(|(prev, delta, _)| successor_pc(prev, delta, last_started, info.pc))
                 .unwrap_or_else(|| v.regs.get("rip").unwrap_or(info.pc))
@@ -722,14 +732,11 @@ impl Shared {
         };
         v.pc_delta = pc.wrapping_sub(info.pc);
         v.cur_modes = info.modes;
-        if after.is_none_or(|(prev, _, changes_mode)| changes_mode || matches!(prev.last.kind, BranchKind::Far(_))) {
-            v.mode_regs = None;
-        }
-        let (cs, cr0, efer) = *v.mode_regs.get_or_insert_with(|| {
-            (v.regs.get("cs").unwrap_or(0), v.regs.get("cr0").unwrap_or(0), v.regs.get("efer").unwrap_or(0))
-        });
         let key = (cs, cr0 & 1, 0);
-        if v.proven.is_some_and(|(_, k)| k != key) {
+        // A far transfer or an event may have reloaded CS, even with the same selector value
+        // (a rewritten GDT entry): the cached mode is re-established below (issue 12).
+        let cs_loaded = v.flow.cs_may_have_been_loaded();
+        if cs_loaded || v.proven.is_some_and(|(_, k)| k != key) {
             v.proven = None;
         }
         let lma = efer & (1 << 10) != 0;
@@ -750,8 +757,18 @@ impl Shared {
             pmu: &mut v.pmu,
             lbr: lbr_on.then_some(&mut v.lbr),
         };
+        let delivered = v.flow.delivered_last();
+        let far_before = v.flow.stats().far_transfers;
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
-        if sink.bts_pmi {
+        let bts_pmi = sink.bts_pmi;
+        // The descriptor cache: the mode chosen when CS was loaded (a far transfer retired just
+        // now, or an event delivered) holds until the next load. Not after a block the flow did
+        // not see retire (callbacks were off): the tracer's context may be stale then.
+        let loaded_now = delivered || v.flow.stats().far_transfers != far_before;
+        if cs_loaded && loaded_now && v.proven.is_none() && key.1 != 0 {
+            v.proven = Some((v.tracer.context().mode, key));
+        }
+        if bts_pmi {
             Self::deliver_pmi();
         }
         // The next block's address follows from this one only if the flow classified it in a

@@ -23,6 +23,21 @@ pub struct BtsExpectOptions {
     pub user_from: Option<u64>,
     pub off_os: bool,
     pub off_usr: bool,
+    /// Bitness of the code (default 64); `code16` ranges [start, end] hold 16-bit code. BTS
+    /// records carry no mode: the test says which code is what (issue 12).
+    pub bits: Option<u32>,
+    pub code16: Vec<(u64, u64)>,
+}
+
+impl BtsExpectOptions {
+    /// The bitness the instruction at `ip` executed with.
+    pub fn bitness(&self, ip: u64) -> u32 {
+        if self.code16.iter().any(|&(a, b)| (a..=b).contains(&ip)) {
+            16
+        } else {
+            self.bits.unwrap_or(64)
+        }
+    }
 }
 
 enum Item {
@@ -76,7 +91,7 @@ pub fn expected_records(truth: &str, code: &CodeImage, o: &BtsExpectOptions) -> 
                 if on {
                     let mut bytes = [0u8; 16];
                     let n = code.read(ip, &mut bytes, &mut hint);
-                    let insn = classify(&bytes[..n], ip, 64).ok_or_else(|| {
+                    let insn = classify(&bytes[..n], ip, o.bitness(ip)).ok_or_else(|| {
                         ToolError::input(format!("no decodable instruction at {ip:#x} in the code image"))
                     })?;
                     let sequential = next == ip.wrapping_add(u64::from(insn.len));
@@ -106,6 +121,21 @@ pub fn expected_records(truth: &str, code: &CodeImage, o: &BtsExpectOptions) -> 
     Ok(out)
 }
 
+/// `A-B[,A-B..]` (hex, inclusive).
+fn range_list(opt: &str, v: Option<std::ffi::OsString>) -> Result<Vec<(u64, u64)>> {
+    let v = v.ok_or_else(|| ToolError::usage(format!("{opt} needs a value")))?;
+    let s = v.to_str().unwrap_or("");
+    s.split(',')
+        .filter(|x| !x.is_empty())
+        .map(|r| {
+            let bad = || ToolError::usage(format!("{opt}: not a hex range list A-B,..: {s:?}"));
+            let (a, b) = r.split_once('-').ok_or_else(bad)?;
+            let p = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).map_err(|_| bad());
+            Ok((p(a)?, p(b)?))
+        })
+        .collect()
+}
+
 fn hex_list(opt: &str, v: Option<std::ffi::OsString>) -> Result<Vec<u64>> {
     let v = v.ok_or_else(|| ToolError::usage(format!("{opt} needs a value")))?;
     let s = v.to_str().unwrap_or("");
@@ -118,7 +148,8 @@ fn hex_list(opt: &str, v: Option<std::ffi::OsString>) -> Result<Vec<u64>> {
         .collect()
 }
 
-/// `pttrace bts-expect TRUTH CODE.IMG --on A[,A..] --off B[,B..] [--user-from U] [--off-os] [--off-usr]`
+/// `pttrace bts-expect TRUTH CODE.IMG --on A[,A..] --off B[,B..] [--user-from U] [--off-os] [--off-usr]
+/// [--bits N] [--code16 A-B,..]`
 pub fn cmd_bts_expect(args: Vec<std::ffi::OsString>) -> Result<i32> {
     let mut o = BtsExpectOptions::default();
     let mut pos = Vec::new();
@@ -130,12 +161,21 @@ pub fn cmd_bts_expect(args: Vec<std::ffi::OsString>) -> Result<i32> {
             Some("--user-from") => o.user_from = hex_list("--user-from", it.next())?.first().copied(),
             Some("--off-os") => o.off_os = true,
             Some("--off-usr") => o.off_usr = true,
+            Some("--bits") => {
+                o.bits = match it.next().as_ref().and_then(|v| v.to_str()) {
+                    Some("16") => Some(16),
+                    Some("32") => Some(32),
+                    Some("64") => Some(64),
+                    _ => return Err(ToolError::usage("bts-expect: --bits needs 16, 32 or 64")),
+                }
+            }
+            Some("--code16") => o.code16 = range_list("--code16", it.next())?,
             Some(x) if x.starts_with("--") => return Err(ToolError::usage(format!("bts-expect: unknown option {x:?}"))),
             _ => pos.push(a),
         }
     }
     if pos.len() != 2 || o.on.is_empty() {
-        return Err(ToolError::usage("bts-expect TRUTH CODE.IMG --on ADDRS --off ADDRS [--user-from A] [--off-os] [--off-usr]"));
+        return Err(ToolError::usage("bts-expect TRUTH CODE.IMG --on ADDRS --off ADDRS [--user-from A] [--off-os] [--off-usr] [--bits N] [--code16 A-B,..]"));
     }
     let truth_path = Path::new(&pos[0]);
     let truth = std::fs::read_to_string(truth_path).map_err(|e| ToolError::io("cannot read", truth_path, e))?;

@@ -44,19 +44,23 @@ USAGE:
         rtit_ctl= in the meta.txt next to FILE. Exit 1 if a packet does not
         parse.
 
-    pttrace rtit-decode DIR [--thread N] [--summary]
+    pttrace rtit-decode DIR [--thread N] [--summary] [--bits N] [--code16 A-B[,A-B..]]
         Reconstruct the executed instructions of every DIR/thread-N.rtit
         (RTIT decoder of pttrace-core, code from DIR/code.img, Cycle_Acc from
         meta.txt rtit_ctl=) and print them as decode does: one address per
         line (lowercase hex, no 0x), each thread preceded by a `thread N`
         line; --thread N: only thread N, without the header line. The flow
         before a decode error is printed; exit 1 if any stream had one.
+        The code is N-bit (default 64), the ranges A-B (inclusive) 16-bit: RTIT
+        packets carry no execution mode.
 
     pttrace bts-expect TRUTH CODE.IMG --on A[,A..] --off B[,B..] [--user-from U] [--off-os] [--off-usr]
+                       [--bits N] [--code16 A-B[,A-B..]]
         Print the BTS records (\"from to\" in hex) a full-system run must have
         written, from its per-instruction log (truth=1) and code image: every
         taken transfer retired between an instruction at an --on address and
         one at an --off address (addresses >= U count as CPL 3 for the filters).
+        The code is N-bit (default 64), the ranges A-B (inclusive) 16-bit.
 
     pttrace --help | -h | help
 
@@ -122,6 +126,8 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     let mut cycle_acc = None;
     let mut thread = None;
     let mut context = None;
+    let mut bits = None;
+    let mut code16 = Vec::new();
     let mut only_positional = false;
     while let Some(a) = it.next() {
         let s = a.to_str().map(str::to_string);
@@ -135,6 +141,26 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                     ("decode" | "rtit-decode", "--summary") => summary = true,
                     ("decode" | "compare" | "rtit-decode", "--thread") => thread = Some(parse_u32(o, it.next())?),
                     ("rtit-dump", "--cycle-acc") => cycle_acc = Some(true),
+                    ("rtit-decode", "--bits") => {
+                        bits = match it.next().as_ref().and_then(|v| v.to_str()) {
+                            Some("16") => Some(16),
+                            Some("32") => Some(32),
+                            Some("64") => Some(64),
+                            _ => return Err(usage_err("rtit-decode: --bits needs 16, 32 or 64")),
+                        }
+                    }
+                    ("rtit-decode", "--code16") => {
+                        let v = it.next().and_then(|v| v.to_str().map(str::to_string)).unwrap_or_default();
+                        for r in v.split(',').filter(|r| !r.is_empty()) {
+                            let bad = || usage_err(format!("rtit-decode: --code16: not a hex range list A-B,..: {v:?}"));
+                            let (a, b) = r.split_once('-').ok_or_else(bad)?;
+                            let p = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).map_err(|_| bad());
+                            code16.push((p(a)?, p(b)?));
+                        }
+                        if code16.len() > 4 {
+                            return Err(usage_err("rtit-decode: at most 4 --code16 ranges"));
+                        }
+                    }
                     ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
                     _ => return Err(usage_err(format!("{cmd}: unknown option {o:?}"))),
                 }
@@ -170,6 +196,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             opts: DecodeOptions {
                 thread,
                 summary_only: summary,
+                ..DecodeOptions::default()
             },
         },
         "rtit-dump" => Command::RtitDump { file: path, cycle_acc },
@@ -178,6 +205,8 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             opts: DecodeOptions {
                 thread,
                 summary_only: summary,
+                bits,
+                code16,
             },
         },
         _ => {

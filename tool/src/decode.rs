@@ -342,6 +342,10 @@ pub struct DecodeOptions {
     pub thread: Option<u32>,
     /// Only print the per-thread summary (stderr).
     pub summary_only: bool,
+    /// rtit-decode: the code's bitness (default 64) and ranges of 16-bit code (RTIT streams
+    /// carry no mode).
+    pub bits: Option<u32>,
+    pub code16: Vec<(u64, u64)>,
 }
 
 /// `pttrace decode DIR`. Returns the exit status.

@@ -46,7 +46,16 @@ pub struct RtitDecoded {
 /// Reconstruct the instruction flow of one RTIT stream of `dir` (64-bit code; RTIT_CTL[Cycle_Acc]
 /// and the TraceStop ranges from its meta.txt).
 pub fn decode_rtit(trace: &[u8], code: &CodeImage, dir: &OutDir) -> RtitDecoded {
-    let opts = FlowOptions { cycle_acc: dir.rtit_cycle_acc(), stop_ranges: dir.rtit_stop_ranges(), ..FlowOptions::default() };
+    decode_rtit_with(trace, code, dir, &DecodeOptions::default())
+}
+
+/// `decode_rtit` with the code's modes from `o` (`--bits`, `--code16`).
+pub fn decode_rtit_with(trace: &[u8], code: &CodeImage, dir: &OutDir, o: &DecodeOptions) -> RtitDecoded {
+    let mut opts = FlowOptions { cycle_acc: dir.rtit_cycle_acc(), stop_ranges: dir.rtit_stop_ranges(), ..FlowOptions::default() };
+    opts.bitness = o.bits.unwrap_or(64);
+    for (slot, r) in opts.code16.iter_mut().zip(&o.code16) {
+        *slot = Some(*r);
+    }
     let (events, error) = rd::reconstruct_partial(trace, &RtitCode::new(code), opts);
     RtitDecoded { ips: rd::instructions(&events), error }
 }
@@ -106,7 +115,7 @@ pub fn cmd_rtit_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W
     let mut any_error = false;
     for &n in &threads {
         let trace = dir.read_rtit(n)?;
-        let d = decode_rtit(&trace, &code, dir);
+        let d = decode_rtit_with(&trace, &code, dir, opts);
         let written = (|| -> io::Result<()> {
             if opts.thread.is_none() && !opts.summary_only {
                 writeln!(out, "thread {n}")?;

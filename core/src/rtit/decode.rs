@@ -309,11 +309,26 @@ pub struct FlowOptions {
     /// The ranges RTIT_EVENTS[TraceStop_Event_ID] selects, as (base, limit) = (RTIT_LIPn,
     /// RTIT_LIP(n+2)), the limit exclusive (§3.3.5): where a TraceStop happened.
     pub stop_ranges: [Option<(u64, u64)>; 2],
+    /// Ranges [start, end] (inclusive) of 16-bit code, decoded as such whatever `bitness` says:
+    /// RTIT has no MODE packet (seed 002 §4), so the mode of each piece of code is sideband the
+    /// user supplies (issue 12).
+    pub code16: [Option<(u64, u64)>; 4],
 }
 
 impl Default for FlowOptions {
     fn default() -> Self {
-        FlowOptions { cycle_acc: false, bitness: 64, errata: Errata::default(), max_walk: 1 << 20, stop_ranges: [None; 2] }
+        FlowOptions { cycle_acc: false, bitness: 64, errata: Errata::default(), max_walk: 1 << 20, stop_ranges: [None; 2], code16: [None; 4] }
+    }
+}
+
+impl FlowOptions {
+    /// The bitness the instruction at `ip` is decoded with.
+    pub fn bitness_at(&self, ip: u64) -> u32 {
+        if self.code16.iter().flatten().any(|&(a, b)| (a..=b).contains(&ip)) {
+            16
+        } else {
+            self.bitness
+        }
     }
 }
 
@@ -491,7 +506,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
     fn insn(&self, ip: u64) -> Result<crate::insn_class::ClassifiedInsn, FlowError> {
         let mut buf = [0u8; 15];
         let n = self.code.read_code(ip, &mut buf);
-        classify(&buf[..n.min(15)], ip, self.opts.bitness).ok_or(FlowError::NoCode { ip })
+        classify(&buf[..n.min(15)], ip, self.opts.bitness_at(ip)).ok_or(FlowError::NoCode { ip })
     }
 
     /// Does the TraceStop event fire when execution continues at `ip`, reached by a taken
@@ -728,6 +743,14 @@ pub fn instructions(events: &[FlowEvent]) -> Vec<u64> {
 mod tests {
     use super::*;
     use crate::rtit::encode::encode;
+
+    #[test]
+    fn code16_ranges_decode_16bit_code_as_16bit() {
+        // Issue 12: RTIT has no MODE packet; `call rel16` (E8 + 2 bytes) in a 16-bit range.
+        let o = FlowOptions { bitness: 32, code16: [Some((0x3000, 0x3fff)), None, None, None], ..FlowOptions::default() };
+        assert_eq!((o.bitness_at(0x3000), o.bitness_at(0x3fff), o.bitness_at(0x4000), o.bitness_at(0x10_0000)), (16, 16, 32, 32));
+        assert_eq!(FlowOptions::default().bitness_at(0x3000), 64);
+    }
 
     #[test]
     fn every_header_class_parses() {

@@ -60,7 +60,7 @@ static __attribute__((noinline)) uint32_t m32_step(uint32_t x)
         return x * 3 + 1;
     return x >> 1;
 }
-static __attribute__((noinline)) uint32_t m32_work(uint32_t n)
+static __attribute__((noinline, unused)) uint32_t m32_work(uint32_t n)
 {
     uint32_t acc = 0;
     for (uint32_t i = 1; i <= n; i++) {

@@ -1,0 +1,56 @@
+/* Issue 12: Intel PT across real mode, 16-bit and 32-bit protected mode (with and without a guest
+ * LGDT) and the far JMP/CALL/RET and IRET between them (lib32/trip.h), in a multiboot guest that
+ * starts in the loader's 32-bit protected mode. Tracing is paused and resumed (WRMSR clearing and
+ * setting TraceEn) inside the 16-bit segment whose GDT entry was rewritten to D = 1 without
+ * reloading CS: the PSB+ of the resume must carry MODE.Exec 16-bit (the descriptor cache, SDM
+ * Vol. 3A §3.4.3), not the 32-bit mode the GDT now says.
+ * SDM §33.4.2.8 MODE.Exec (CS.L & LMA, CS.D): 01 64-bit, 02 32-bit, 00 16-bit (real mode and
+ * 16-bit protected mode alike); sent before the TIP of a far transfer that changes the mode and
+ * in every PSB+. The host (tests/run-guest.sh) checks the bytes in guest memory against the
+ * plugin's copy, libipt's decoded flow against the ground truth (without the two WRMSRs of the
+ * pause and what lies between them), and the MODE.Exec payloads in stream order:
+ *   PSB+ 32 (enable) | A1 16 | A5 32 | B1 16 | resume PSB+ 16 | B2 32 | B4 16 | B5 32 |
+ *   B6 16 | B7 32 (the bitness of each payload, as `pttrace dump` prints it)
+ * (A2 into real mode, A3/A4 real-mode far CALL/RET and B3 32 -> 32 keep the mode: a bare TIP).
+ * IP payloads are linear addresses (the real-mode segment 300H has base 3000H; README
+ * deviation: with CPUID.14H:ECX[31] LIP = 0 hardware would send offsets from the CS base). */
+// host-check: modes 32 16 32 16 16 32 16 32 16 32
+#define TRIP_W_START  "pt_enable_wrmsr"
+#define TRIP_W_PAUSE  "pt_pause_wrmsr"
+#define TRIP_W_RESUME "pt_resume_wrmsr"
+#define TRIP_W_END    "pt_disable_wrmsr"
+#include "lib32/trip.h"
+
+#define MSR_IA32_RTIT_OUTPUT_BASE      0x560
+#define MSR_IA32_RTIT_OUTPUT_MASK_PTRS 0x561
+#define MSR_IA32_RTIT_CTL              0x570
+#define MSR_IA32_RTIT_STATUS           0x571
+#define RTIT_CTL_TRACEEN   (1u << 0)
+#define RTIT_CTL_OS        (1u << 2)
+#define RTIT_CTL_USER      (1u << 3)
+#define RTIT_CTL_BRANCHEN  (1u << 13)
+
+static uint8_t buf[4096] __attribute__((aligned(4096)));
+
+void m32_main(void)
+{
+    puts_serial("t_m32_trip_pt: Intel PT across real mode, 16- and 32-bit protected mode\n");
+    m32_check_mode();
+    uint32_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN;
+    static const uint32_t msr[4] = { MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL };
+    const uint32_t val[4] = { ctl | RTIT_CTL_TRACEEN, ctl, ctl | RTIT_CTL_TRACEEN, ctl };
+    trip_setup(msr, val);
+    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint32_t)buf);
+    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    trip();
+    puts_serial("trip BX "); put_hex(trip_bx); putc_serial('\n');
+    CHECK(trip_bx == TRIP_EXPECTED_BX);
+    uint32_t len = (uint32_t)(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32);
+    puts_serial("single range: "); put_hex(len); puts_serial(" bytes\n");
+    CHECK(len > 16 && len < 4096);
+    CHECK(buf[len - 1] == 0x01); /* TIP.PGD, IP suppressed */
+    CHECK((rdmsr(MSR_IA32_RTIT_STATUS) & 0x30) == 0);
+    hex_dump("PTDUMP ", buf, len);
+    m32_exit(1);
+}
