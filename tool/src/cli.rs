@@ -58,6 +58,15 @@ USAGE:
         taken transfer retired between an instruction at an --on address and
         one at an --off address (addresses >= U count as CPL 3 for the filters).
 
+    pttrace perf DIR [-o FILE]
+        Write a perf.data file (default DIR/perf.data) that host perf decodes
+        as a per-thread `perf record -e intel_pt//u` recording of the traced
+        program: `perf script --itrace=...`, `perf report --itrace=i`. The
+        program, its interpreter and libraries must be present at the paths
+        it used (perf reads the code from them); code outside every file
+        mapping (QEMU's vDSO) is written to FILE.code. User-mode Intel PT
+        traces only.
+
     pttrace --help | -h | help
 
 EXIT STATUS:
@@ -93,6 +102,10 @@ enum Command {
         dir: PathBuf,
         opts: DecodeOptions,
     },
+    Perf {
+        dir: PathBuf,
+        out: Option<PathBuf>,
+    },
 }
 
 fn parse_u32(opt: &str, v: Option<OsString>) -> Result<u32> {
@@ -113,7 +126,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     if matches!(cmd.as_str(), "-h" | "--help" | "help") {
         return Ok(Command::Help);
     }
-    if !matches!(cmd.as_str(), "dump" | "decode" | "compare" | "rtit-dump" | "rtit-decode") {
+    if !matches!(cmd.as_str(), "dump" | "decode" | "compare" | "rtit-dump" | "rtit-decode" | "perf") {
         return Err(usage_err(format!("unknown command {cmd:?}")));
     }
 
@@ -122,6 +135,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     let mut cycle_acc = None;
     let mut thread = None;
     let mut context = None;
+    let mut out = None;
     let mut only_positional = false;
     while let Some(a) = it.next() {
         let s = a.to_str().map(str::to_string);
@@ -136,6 +150,9 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                     ("decode" | "compare" | "rtit-decode", "--thread") => thread = Some(parse_u32(o, it.next())?),
                     ("rtit-dump", "--cycle-acc") => cycle_acc = Some(true),
                     ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
+                    ("perf", "-o" | "--output") => {
+                        out = Some(PathBuf::from(it.next().ok_or_else(|| usage_err(format!("{o} needs a file")))?))
+                    }
                     _ => return Err(usage_err(format!("{cmd}: unknown option {o:?}"))),
                 }
             }
@@ -173,6 +190,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             },
         },
         "rtit-dump" => Command::RtitDump { file: path, cycle_acc },
+        "perf" => Command::Perf { dir: path, out },
         "rtit-decode" => Command::RtitDecode {
             dir: path,
             opts: DecodeOptions {
@@ -248,6 +266,7 @@ fn dispatch(cmd: Command) -> Result<i32> {
             let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
             cmd_rtit_decode(&dir, &opts, &mut out)
         }
+        Command::Perf { dir, out } => crate::perf_data::cmd_perf(&dir, out.as_deref()),
     }
 }
 

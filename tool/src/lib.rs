@@ -25,5 +25,6 @@ pub mod error;
 pub mod hexfmt;
 pub mod insn_ffi;
 pub mod outdir;
+pub mod perf_data;
 pub mod pkt_ffi;
 pub mod rtit;
