@@ -112,34 +112,45 @@ impl AddressSpace {
             .map_err(|e| ToolError::input(format!("{what} {path}: {e}")))
     }
 
-    /// Build the address space of a user-mode trace.
-    /// `binary`, `entry`: meta.txt's; `first_pc`: the first translated block (code.img's first
-    /// record); `maps`: maps.txt.
-    pub fn build(binary: &str, entry: Option<u64>, first_pc: Option<u64>, maps: &str) -> Result<AddressSpace> {
+    /// Build the address space of a user-mode trace. `binary`, `start_code`, `entry`: meta.txt's
+    /// (QEMU's image info: the lowest executable segment address of the program, and the first
+    /// instruction, the interpreter's entry point when there is one); `first_pc`: code.img's first
+    /// record, used when meta.txt has no entry=; `maps`: maps.txt.
+    pub fn build(
+        binary: &str,
+        start_code: Option<u64>,
+        entry: Option<u64>,
+        first_pc: Option<u64>,
+        maps: &str,
+    ) -> Result<AddressSpace> {
         let mut sp = AddressSpace::default();
         let exe = sp.read_elf(binary, "the traced program")?;
+        let lowest_exec = exe.exec_segments.iter().map(|s| s.vaddr).min().ok_or_else(|| {
+            ToolError::input(format!("{binary} has no executable segment"))
+        })?;
         let bias = match exe.e_type {
             ET_EXEC => 0,
-            ET_DYN => {
-                let entry = entry.ok_or_else(|| {
-                    ToolError::input(format!(
-                        "{binary} is position-independent and meta.txt has no entry= to place it"
-                    ))
-                })?;
-                entry.wrapping_sub(exe.entry)
-            }
+            ET_DYN => match (start_code, entry) {
+                (Some(s), _) => s.wrapping_sub(lowest_exec),
+                (None, Some(e)) if exe.interp.is_none() => e.wrapping_sub(exe.entry),
+                _ => {
+                    return Err(ToolError::input(format!(
+                        "{binary} is position-independent and meta.txt has no start_code= to place it"
+                    )))
+                }
+            },
             t => return Err(ToolError::input(format!("{binary}: ELF type {t} is not an executable"))),
         };
         sp.map_elf(binary, &exe, bias);
         if let Some(interp) = &exe.interp {
             let ld = sp.read_elf(interp, "the program's interpreter")?;
-            let first = first_pc.ok_or_else(|| {
-                ToolError::input("code.img is empty: no code ran, nothing to place the interpreter by".to_string())
+            let first = entry.or(first_pc).ok_or_else(|| {
+                ToolError::input("no code ran (no entry= in meta.txt, empty code.img): nothing places the interpreter".to_string())
             })?;
             let ld_bias = first.wrapping_sub(ld.entry);
             if ld_bias % PAGE != 0 {
                 return Err(ToolError::input(format!(
-                    "cannot place the interpreter {interp}: the first block 0x{first:x} is not its entry point (0x{:x} + a page-aligned base)",
+                    "cannot place the interpreter {interp}: the first instruction 0x{first:x} is not its entry point (0x{:x} + a page-aligned base)",
                     ld.entry
                 )));
             }

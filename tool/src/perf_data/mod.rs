@@ -204,7 +204,7 @@ pub fn cmd_perf(dir_path: &Path, out: Option<&Path>) -> Result<i32> {
 
     // Address space, checked against what ran.
     let maps = std::fs::read_to_string(dir.path.join("maps.txt")).unwrap_or_default();
-    let mut space = AddressSpace::build(binary, hex_meta(&dir, "entry"), first_block(&dir.code_path())?, &maps)?;
+    let mut space = AddressSpace::build(binary, hex_meta(&dir, "start_code"), hex_meta(&dir, "entry"), first_block(&dir.code_path())?, &maps)?;
     let (code, stats) = dir.load_code()?;
     for w in &stats.warnings {
         eprintln!("pttrace: warning: {w}");
