@@ -50,7 +50,8 @@ expected_calls() {  # syms-file truth
        { prev = $1 }' "$1" "$2"
 }
 
-# Check DIR (traced with truth=1) through host perf. MODE: exact, overflow or stop:ADDR.
+# Check DIR (traced with truth=1) through host perf. MODE: exact, overflow, stop:ADDR (the truth
+# before ADDR) or filter:LO-HI (the truth inside [LO, HI]).
 # FUNCS: a regexp of function names the report must show (empty: no report check).
 check() {  # dir label mode funcs
   local dir=$1 label=$2 mode=$3 funcs=$4 n t tid want got nthreads ntids period ok=1 what=""
@@ -86,6 +87,10 @@ check() {  # dir label mode funcs
       overflow)
         got=$(awk -f "$top/tests/ordered-subsequence.awk" "$t" "$dir.got")
         [ "$got" -gt 0 ] 2>/dev/null || { bad "$label: thread $tid: perf's flow is not an ordered subsequence of the truth"; return; } ;;
+      filter:*)
+        local r=${mode#filter:}
+        cmp -s "$dir.got" <(perl -ne 'BEGIN { $lo = hex(shift); $hi = hex(shift) } chomp; $v = hex($_); print "$_\n" if $v >= $lo && $v <= $hi' "${r%-*}" "${r#*-}" <"$t") ||
+          { bad "$label: perf's flow is not the truth inside $r"; return; } ;;
       stop:*)
         local idx
         idx=$(grep -n -m1 -x "${mode#stop:}" "$t" | cut -d: -f1)
@@ -98,7 +103,7 @@ check() {  # dir label mode funcs
   local binary calls=0
   binary=$(sed -n 's/^binary=//p' "$dir/meta.txt")
   nm "$binary" 2>/dev/null | awk 'NF == 3 { a = $1; sub(/^0+/, "", a); print a, $2, $3 }' >"$dir.nm"
-  if [ -s "$dir.nm" ] && [ "${mode%%:*}" != stop ]; then
+  if [ -s "$dir.nm" ] && [ "$mode" = exact -o "$mode" = overflow ]; then
     perf script -i "$data" --itrace=b -F tid,ip,addr,sym >"$dir.branches" 2>"$dir.branches.err" ||
       { bad "$label: perf script --itrace=b: $(head -3 "$dir.branches.err")"; return; }
     for t in "$dir"/thread-*.truth; do
@@ -152,6 +157,16 @@ trace "$out/v-overflow" "$bin/recursion" buffer=512 drain=1/8 && check "$out/v-o
 main=$(nm "$bin/loops" | awk '$3 == "main" { print $1 }')
 trace "$out/v-stop" "$bin/loops" "stop=0x$main-0x$main" &&
   check "$out/v-stop" "loops [stop=main]" "stop:$(printf '%x' "0x$main")" ""
+read -r a size <<<"$(nm -S "$bin/loops" | awk '$4 == "insertion_sort" { print $1, $2 }')"
+hi=$(printf '%x' $((0x$a + 0x$size - 1)))
+trace "$out/v-filter" "$bin/loops" "filter=0x$a-0x$hi" &&
+  check "$out/v-filter" "loops [filter=insertion_sort]" "filter:$a-$hi" ""
+# -o FILE: the same file elsewhere.
+if "$tool" perf "$out/loops" -o "$out/loops.perf.data" 2>/dev/null && cmp -s "$out/loops.perf.data" "$out/loops/perf.data"; then
+  echo "ok   pttrace perf DIR -o FILE writes the same perf.data as the default DIR/perf.data"
+else
+  bad "pttrace perf DIR -o FILE: missing or different from DIR/perf.data"
+fi
 
 # A stock dynamically linked, position-independent Debian program: ld.so, libc, the program.
 printf 'pear\napple\nfig\nbanana\ncherry\n' >"$out/sort-input"
