@@ -332,6 +332,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn filter_and_stop_ranges_become_file_offsets() {
+        let mut space = AddressSpace::default();
+        space.mappings.push(address_space::Mapping { start: 0x401000, end: 0x479000, pgoff: 0x1000, path: "/bin/x".into() });
+        let o = Options::parse(["filter=0x401100-0x4011ff", "stop=0x402000/0x1"]).unwrap();
+        assert_eq!(filter_string(&o, &space).unwrap(), "filter 0x1100/0x100@/bin/x,stop 0x2000/0x1@/bin/x");
+        let o = Options::parse(["filter=0x478f00-0x479100"]).unwrap();
+        assert!(filter_string(&o, &space).unwrap_err().to_string().contains("not inside one file mapping"));
+        assert_eq!(filter_string(&Options::parse([]).unwrap(), &space).unwrap(), "");
+    }
+
+    #[test]
     fn tsc_packets_are_shifted_in_place() {
         // PSB, TSC 0x1234, PSBEND, PAD, TSC 5
         let mut t = [0x02u8, 0x82].repeat(8);
