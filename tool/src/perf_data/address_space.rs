@@ -108,8 +108,7 @@ impl AddressSpace {
 
     fn read_elf(&mut self, path: &str, what: &str) -> Result<Elf> {
         let i = self.file(path, what)?;
-        Elf::parse(&self.files[i].bytes)
-            .map_err(|e| ToolError::input(format!("{what} {path}: {e}")))
+        Elf::parse(&self.files[i].bytes).map_err(|e| ToolError::input(format!("{what} {path}: {e}")))
     }
 
     /// Build the address space of a user-mode trace. `binary`, `start_code`, `entry`: meta.txt's
@@ -125,9 +124,12 @@ impl AddressSpace {
     ) -> Result<AddressSpace> {
         let mut sp = AddressSpace::default();
         let exe = sp.read_elf(binary, "the traced program")?;
-        let lowest_exec = exe.exec_segments.iter().map(|s| s.vaddr).min().ok_or_else(|| {
-            ToolError::input(format!("{binary} has no executable segment"))
-        })?;
+        let lowest_exec = exe
+            .exec_segments
+            .iter()
+            .map(|s| s.vaddr)
+            .min()
+            .ok_or_else(|| ToolError::input(format!("{binary} has no executable segment")))?;
         let bias = match exe.e_type {
             ET_EXEC => 0,
             ET_DYN => match (start_code, entry) {
@@ -145,7 +147,10 @@ impl AddressSpace {
         if let Some(interp) = &exe.interp {
             let ld = sp.read_elf(interp, "the program's interpreter")?;
             let first = entry.or(first_pc).ok_or_else(|| {
-                ToolError::input("no code ran (no entry= in meta.txt, empty code.img): nothing places the interpreter".to_string())
+                ToolError::input(
+                    "no code ran (no entry= in meta.txt, empty code.img): nothing places the interpreter"
+                        .to_string(),
+                )
             })?;
             let ld_bias = first.wrapping_sub(ld.entry);
             if ld_bias % PAGE != 0 {
@@ -159,9 +164,12 @@ impl AddressSpace {
         for (no, line) in maps.lines().enumerate() {
             let f: Vec<&str> = line.splitn(4, ' ').collect();
             let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-            let (Some(start), Some(end), Some(off), Some(path)) =
-                (f.first().and_then(|s| hex(s)), f.get(1).and_then(|s| hex(s)), f.get(2).and_then(|s| hex(s)), f.get(3))
-            else {
+            let (Some(start), Some(end), Some(off), Some(path)) = (
+                f.first().and_then(|s| hex(s)),
+                f.get(1).and_then(|s| hex(s)),
+                f.get(2).and_then(|s| hex(s)),
+                f.get(3),
+            ) else {
                 if line.trim().is_empty() {
                     continue;
                 }
@@ -252,7 +260,8 @@ mod tests {
     fn device_numbers_split_like_glibc() {
         // makedev(8, 1) and makedev(259, 65536)
         assert_eq!((dev_major(0x801), dev_minor(0x801)), (8, 1));
-        let dev = (259u64 & 0xfff) << 8 | (259u64 & !0xfff) << 32 | (65536u64 & 0xff) | (65536u64 & !0xff) << 12;
+        let dev =
+            (259u64 & 0xfff) << 8 | (259u64 & !0xfff) << 32 | (65536u64 & 0xff) | (65536u64 & !0xff) << 12;
         assert_eq!((dev_major(dev), dev_minor(dev)), (259, 65536));
     }
 

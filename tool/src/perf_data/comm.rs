@@ -14,12 +14,7 @@ pub fn comm(pid: u32, tid: u32, name: &str, exec: bool, id: &SampleId) -> Vec<u8
         end -= 1;
     }
     let misc = if exec { MISC_USER | MISC_COMM_EXEC } else { MISC_USER };
-    Record::new(PERF_RECORD_COMM, misc)
-        .u32(pid)
-        .u32(tid)
-        .string(&name[..end], 8)
-        .sample_id(id)
-        .finish()
+    Record::new(PERF_RECORD_COMM, misc).u32(pid).u32(tid).string(&name[..end], 8).sample_id(id).finish()
 }
 
 #[cfg(test)]

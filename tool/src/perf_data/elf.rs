@@ -131,7 +131,8 @@ mod tests {
         ph(&mut b, 64, PT_LOAD, 5, 0x100, 0x401000, 0x40);
         ph(&mut b, 120, PT_NOTE, 4, 0x180, 0x400180, 0x20);
         // note: namesz 4, descsz 8, type 3, "GNU\0", 8 bytes of id
-        let note: Vec<u8> = [4u32, 8, 3].iter().flat_map(|v| v.to_le_bytes()).chain(*b"GNU\0").chain(1..=8).collect();
+        let note: Vec<u8> =
+            [4u32, 8, 3].iter().flat_map(|v| v.to_le_bytes()).chain(*b"GNU\0").chain(1..=8).collect();
         b[0x180..0x180 + note.len()].copy_from_slice(&note);
         b
     }
@@ -141,7 +142,10 @@ mod tests {
         let e = Elf::parse(&tiny_elf()).unwrap();
         assert_eq!(e.e_type, ET_EXEC);
         assert_eq!(e.entry, 0x401010);
-        assert_eq!(e.exec_segments, [ExecSegment { vaddr: 0x401000, offset: 0x100, filesz: 0x40, memsz: 0x40 }]);
+        assert_eq!(
+            e.exec_segments,
+            [ExecSegment { vaddr: 0x401000, offset: 0x100, filesz: 0x40, memsz: 0x40 }]
+        );
         assert_eq!(e.interp, None);
         assert_eq!(e.build_id.as_deref(), Some(&[1, 2, 3, 4, 5, 6, 7, 8][..]));
     }

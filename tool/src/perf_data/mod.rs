@@ -59,8 +59,16 @@ const ID_DUMMY: u64 = 2;
 /// IA32_RTIT_CTL bits that are intel_pt config terms (arch/x86/events/intel/pt.c formats):
 /// pt (TraceEn), cyc, pwr_evt, fup_on_ptw, mtc, tsc, noretcomp, ptw, branch, mtc_period,
 /// cyc_thresh, psb_period.
-const CONFIG_MASK: u64 = (1 << 0) | (1 << 1) | (1 << 4) | (1 << 5) | (0b111 << 9) | (1 << 12) | (1 << 13)
-    | (0xf << 14) | (0xf << 19) | (0xf << 24);
+const CONFIG_MASK: u64 = (1 << 0)
+    | (1 << 1)
+    | (1 << 4)
+    | (1 << 5)
+    | (0b111 << 9)
+    | (1 << 12)
+    | (1 << 13)
+    | (0xf << 14)
+    | (0xf << 19)
+    | (0xf << 24);
 
 /// The intel_pt attr.config for the IA32_RTIT_CTL value traced.
 pub fn intel_pt_config(ctl: u64) -> u64 {
@@ -175,17 +183,86 @@ pub fn shift_tsc(trace: &mut [u8]) -> u64 {
 /// The last timestamp of a stream (after `shift_tsc`): its retired-instruction count (the
 /// plugin's TSC) as decoded, or its largest TSC packet if that is later (a filter hides
 /// instructions).
-fn end_tsc(trace: &[u8], max_tsc: u64, code: &Rc<crate::code_image::CodeImage>, cpu: Option<(u16, u8, u8)>) -> u64 {
+fn end_tsc(
+    trace: &[u8],
+    max_tsc: u64,
+    code: &Rc<crate::code_image::CodeImage>,
+    cpu: Option<(u16, u8, u8)>,
+) -> u64 {
     let mut n = 0u64;
-    let _ = crate::decode::decode_stream(trace, code, cpu, |_| {
-        n += 1;
-        Ok(())
-    }, |_| {});
+    let _ = crate::decode::decode_stream(
+        trace,
+        code,
+        cpu,
+        |_| {
+            n += 1;
+            Ok(())
+        },
+        |_| {},
+    );
     (n + TSC_OFFSET).max(max_tsc)
 }
 
-/// The perf.data bytes' pieces for `dir`; `out` is where the file goes (the code-outside-files
-/// image is written next to it).
+/// AUXTRACE_INFO of the plugin's Intel PT: its TSC is perf time, the config bits are the
+/// IA32_RTIT_CTL positions, CPUID.15H gives TSC:CTC = ART_RATIO:1.
+fn intel_pt_info(filter: String) -> IntelPtInfo {
+    IntelPtInfo {
+        pmu_type: INTEL_PT_PMU_TYPE,
+        time_shift: 0,
+        time_mult: 1,
+        time_zero: 0,
+        cap_user_time_zero: true,
+        tsc_bit: 1 << 10,
+        noretcomp_bit: 1 << 11,
+        mtc_bit: 1 << 9,
+        mtc_freq_bits: 0xf << 14,
+        cyc_bit: 1 << 1,
+        // CPUID.15H: EBX/EAX = TSC / core crystal clock.
+        tsc_ctc_ratio_n: ART_RATIO as u32,
+        tsc_ctc_ratio_d: 1,
+        // 1 GHz TSC / 100 MHz.
+        max_non_turbo_ratio: 10,
+        filter,
+    }
+}
+
+/// The header features: build-ids of the mapped files, the machine description perf prints and
+/// checks, event names, PMU mappings and the AUXTRACE index.
+fn header_features(
+    dir: &OutDir,
+    space: &AddressSpace,
+    events: [(Attr, &str, u64); 2],
+    index: &[(u64, u64)],
+) -> Vec<(u32, Vec<u8>)> {
+    let ids: Vec<(&[u8], &str)> =
+        space.files.iter().filter_map(|f| f.build_id.as_deref().map(|id| (id, f.path.as_str()))).collect();
+    let (fam, model, step) = dir.cpu().unwrap_or((6, 0x55, 4));
+    let desc: Vec<(Attr, &str, &[u64])> =
+        events.iter().map(|(a, name, id)| (*a, *name, std::slice::from_ref(id))).collect();
+    vec![
+        (features::HEADER_BUILD_ID, features::build_ids(&ids)),
+        (features::HEADER_HOSTNAME, features::string("pttrace")),
+        (features::HEADER_OSRELEASE, features::string("pttrace user-mode emulation")),
+        (features::HEADER_VERSION, features::string(env!("CARGO_PKG_VERSION"))),
+        (features::HEADER_ARCH, features::string("x86_64")),
+        (features::HEADER_NRCPUS, features::nrcpus(1)),
+        (features::HEADER_CPUDESC, features::string("pttrace emulated Intel PT CPU")),
+        (features::HEADER_CPUID, features::string(&format!("GenuineIntel,{fam},{model},{step}"))),
+        (
+            features::HEADER_CMDLINE,
+            features::cmdline(&["pttrace".into(), "perf".into(), dir.path.display().to_string()]),
+        ),
+        (features::HEADER_EVENT_DESC, features::event_desc(&desc)),
+        (
+            features::HEADER_PMU_MAPPINGS,
+            features::pmu_mappings(&[(attr::TYPE_SOFTWARE, "software"), (INTEL_PT_PMU_TYPE, "intel_pt")]),
+        ),
+        (features::HEADER_AUXTRACE, features::auxtrace_index(index)),
+    ]
+}
+
+/// `pttrace perf DIR [-o FILE]`: write FILE (default DIR/perf.data) and, if code ran outside
+/// every file mapping, FILE.code next to it.
 pub fn cmd_perf(dir_path: &Path, out: Option<&Path>) -> Result<i32> {
     let dir = OutDir::open(dir_path)?;
     let opts = check_dir(&dir)?;
@@ -204,7 +281,13 @@ pub fn cmd_perf(dir_path: &Path, out: Option<&Path>) -> Result<i32> {
 
     // Address space, checked against what ran.
     let maps = std::fs::read_to_string(dir.path.join("maps.txt")).unwrap_or_default();
-    let mut space = AddressSpace::build(binary, hex_meta(&dir, "start_code"), hex_meta(&dir, "entry"), first_block(&dir.code_path())?, &maps)?;
+    let mut space = AddressSpace::build(
+        binary,
+        hex_meta(&dir, "start_code"),
+        hex_meta(&dir, "entry"),
+        first_block(&dir.code_path())?,
+        &maps,
+    )?;
     let (code, stats) = dir.load_code()?;
     for w in &stats.warnings {
         eprintln!("pttrace: warning: {w}");
@@ -218,26 +301,10 @@ pub fn cmd_perf(dir_path: &Path, out: Option<&Path>) -> Result<i32> {
     }
     let filter = filter_string(&opts, &space)?;
 
-    let info = IntelPtInfo {
-        pmu_type: INTEL_PT_PMU_TYPE,
-        time_shift: 0,
-        time_mult: 1,
-        time_zero: 0,
-        cap_user_time_zero: true,
-        tsc_bit: 1 << 10,
-        noretcomp_bit: 1 << 11,
-        mtc_bit: 1 << 9,
-        mtc_freq_bits: 0xf << 14,
-        cyc_bit: 1 << 1,
-        // CPUID.15H: EBX/EAX = TSC / core crystal clock.
-        tsc_ctc_ratio_n: ART_RATIO as u32,
-        tsc_ctc_ratio_d: 1,
-        // 1 GHz TSC / 100 MHz.
-        max_non_turbo_ratio: 10,
-        filter,
-    };
+    let info = intel_pt_info(filter);
 
-    let comm_name = Path::new(binary).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let comm_name =
+        Path::new(binary).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let tid_of = |n: u32| PID + n - 1;
     let main_tid = tid_of(dir.threads[0]);
     let side = |tid: u32, time: u64| SampleId { pid: PID, tid, time, id: ID_DUMMY };
@@ -288,32 +355,14 @@ pub fn cmd_perf(dir_path: &Path, out: Option<&Path>) -> Result<i32> {
 
     let pt_attr = Attr::intel_pt(INTEL_PT_PMU_TYPE, intel_pt_config(ctl));
     let dummy = Attr::dummy();
-    let mut features = Vec::new();
-    let ids: Vec<(&[u8], &str)> =
-        space.files.iter().filter_map(|f| f.build_id.as_deref().map(|id| (id, f.path.as_str()))).collect();
-    features.push((features::HEADER_BUILD_ID, features::build_ids(&ids)));
-    features.push((features::HEADER_HOSTNAME, features::string("pttrace")));
-    features.push((features::HEADER_OSRELEASE, features::string("pttrace user-mode emulation")));
-    features.push((features::HEADER_VERSION, features::string(env!("CARGO_PKG_VERSION"))));
-    features.push((features::HEADER_ARCH, features::string("x86_64")));
-    features.push((features::HEADER_NRCPUS, features::nrcpus(1)));
-    features.push((features::HEADER_CPUDESC, features::string("pttrace emulated Intel PT CPU")));
-    let (fam, model, step) = dir.cpu().unwrap_or((6, 0x55, 4));
-    features.push((features::HEADER_CPUID, features::string(&format!("GenuineIntel,{fam},{model},{step}"))));
-    features.push((
-        features::HEADER_CMDLINE,
-        features::cmdline(&["pttrace".into(), "perf".into(), dir.path.display().to_string()]),
-    ));
-    features.push((
-        features::HEADER_EVENT_DESC,
-        features::event_desc(&[(pt_attr, "intel_pt//u", &[ID_PT]), (dummy, "dummy:u", &[ID_DUMMY])]),
-    ));
-    features.push((
-        features::HEADER_PMU_MAPPINGS,
-        features::pmu_mappings(&[(attr::TYPE_SOFTWARE, "software"), (INTEL_PT_PMU_TYPE, "intel_pt")]),
-    ));
-    features.push((features::HEADER_AUXTRACE, features::auxtrace_index(&index)));
-    let file = PerfFile { attrs: vec![(pt_attr, vec![ID_PT]), (dummy, vec![ID_DUMMY])], data: &data, features };
+    let features = header_features(
+        &dir,
+        &space,
+        [(pt_attr, "intel_pt//u", ID_PT), (dummy, "dummy:u", ID_DUMMY)],
+        &index,
+    );
+    let file =
+        PerfFile { attrs: vec![(pt_attr, vec![ID_PT]), (dummy, vec![ID_DUMMY])], data: &data, features };
     let f = std::fs::File::create(&out).map_err(|e| ToolError::io("cannot create", &out, e))?;
     let mut w = std::io::BufWriter::new(f);
     file.write(&mut w).and_then(|_| w.flush()).map_err(|e| ToolError::io("cannot write", &out, e))?;
@@ -334,7 +383,12 @@ mod tests {
     #[test]
     fn filter_and_stop_ranges_become_file_offsets() {
         let mut space = AddressSpace::default();
-        space.mappings.push(address_space::Mapping { start: 0x401000, end: 0x479000, pgoff: 0x1000, path: "/bin/x".into() });
+        space.mappings.push(address_space::Mapping {
+            start: 0x401000,
+            end: 0x479000,
+            pgoff: 0x1000,
+            path: "/bin/x".into(),
+        });
         let o = Options::parse(["filter=0x401100-0x4011ff", "stop=0x402000/0x1"]).unwrap();
         assert_eq!(filter_string(&o, &space).unwrap(), "filter 0x1100/0x100@/bin/x,stop 0x2000/0x1@/bin/x");
         let o = Options::parse(["filter=0x478f00-0x479100"]).unwrap();
@@ -349,7 +403,9 @@ mod tests {
         t.extend([0x19, 0x34, 0x12, 0, 0, 0, 0, 0, 0x02, 0x23, 0x00, 0x19, 5, 0, 0, 0, 0, 0, 0]);
         let orig = t.clone();
         assert_eq!(shift_tsc(&mut t), TSC_OFFSET + 0x1234);
-        let tsc = |o: usize, t: &[u8]| u64::from_le_bytes([t[o], t[o + 1], t[o + 2], t[o + 3], t[o + 4], t[o + 5], t[o + 6], 0]);
+        let tsc = |o: usize, t: &[u8]| {
+            u64::from_le_bytes([t[o], t[o + 1], t[o + 2], t[o + 3], t[o + 4], t[o + 5], t[o + 6], 0])
+        };
         assert_eq!(tsc(17, &t), TSC_OFFSET + 0x1234);
         assert_eq!(tsc(28, &t), TSC_OFFSET + 5);
         // nothing else changed

@@ -108,9 +108,7 @@ mod tests {
 
     #[test]
     fn sample_id_trailer_layout() {
-        let r = Record::new(4, 0)
-            .sample_id(&SampleId { pid: 1, tid: 2, time: 3, id: 4 })
-            .finish();
+        let r = Record::new(4, 0).sample_id(&SampleId { pid: 1, tid: 2, time: 3, id: 4 }).finish();
         assert_eq!(r.len(), 8 + SampleId::SIZE);
         assert_eq!(&r[8..16], &[1, 0, 0, 0, 2, 0, 0, 0]);
         assert_eq!(u64::from_le_bytes(r[16..24].try_into().unwrap()), 3);
