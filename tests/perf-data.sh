@@ -12,8 +12,10 @@
 #                                through), the branch from the instruction before it in the truth
 #                                (or from 0, the trace beginning, for a signal handler) to its
 #                                first instruction, named
-#  - name the program's functions: perf report --itrace=i --stdio (i1000i for short runs) lists a
-#                                function defined in tests/corpus
+#  - name the program's functions: perf report --itrace=i --stdio (i1000i for runs under 2M
+#                                instructions: the default period is 100000) lists a function
+#                                defined in tests/corpus
+# Also a program ending in execve, one killed by a signal it raises, filter/stop ranges, -o.
 # and `pttrace perf` must refuse a directory that is no pttrace output, an RTIT trace and a trace
 # whose binary is gone, with a message saying so.
 # CORPUS="p1 p2" limits the corpus programs; PTTRACE_TARGET=DIR takes the plugin and tool from
@@ -180,6 +182,21 @@ if "$q" -plugin "$plugin,out=$out/sort,truth=1" /usr/bin/sort "$out/sort-input" 
 else
   bad "/usr/bin/sort under the plugin: $(tail -2 "$out/sort.stderr")"
 fi
+
+# A program that ends in execve (the new program runs untraced: meta.txt end=execve), and one
+# killed by a signal it raises (the plugin finishes the streams: end=signal 15).
+rm -rf "$out/execve"
+"$q" -plugin "$plugin,out=$out/execve,truth=1" /bin/sh -c 'echo hi; exec /bin/true' >/dev/null 2>"$out/execve.stderr" &&
+  grep -qx 'end=execve' "$out/execve/meta.txt" && check "$out/execve" "/bin/sh -c 'echo hi; exec /bin/true'" exact "" ||
+  bad "sh -c exec: no end=execve trace"
+sig=$top/target/signals/bin/sigdie
+mkdir -p "${sig%/*}"
+[ "$sig" -nt "$top/tests/signals/sigdie.c" ] ||
+  gcc -O1 -g -static -fno-pie -no-pie -pthread -Wall -Werror -o "$sig" "$top/tests/signals/sigdie.c" || exit 1
+rm -rf "$out/sigterm"
+("$q" -plugin "$plugin,out=$out/sigterm,truth=1" "$sig" raise 15 30000 >/dev/null 2>"$out/sigterm.stderr"; :) 2>/dev/null
+grep -qx 'end=signal 15' "$out/sigterm/meta.txt" && check "$out/sigterm" "sigdie raise SIGTERM" exact "work|main" ||
+  bad "sigdie raise 15: no end=signal 15 trace"
 
 # Errors: clear refusals, exit status 2.
 refuse() {  # label expected-text pttrace-perf-args...
