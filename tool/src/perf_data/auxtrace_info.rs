@@ -81,7 +81,7 @@ mod tests {
             cyc_bit: 1 << 1,
             tsc_ctc_ratio_n: 128,
             tsc_ctc_ratio_d: 1,
-            max_non_turbo_ratio: 10,
+            max_non_turbo_ratio: 24,
             filter: String::new(),
         }
     }
@@ -98,7 +98,7 @@ mod tests {
         assert_eq!(u16::from_le_bytes([r[6], r[7]]) as usize, r.len());
         assert_eq!(&r[0..4], &70u32.to_le_bytes());
         assert_eq!(&r[8..12], &1u32.to_le_bytes());
-        let want = [8, 0, 1, 0, 1, 0x400, 0x800, 0, 0, 0, 0x200, 0x3c000, 128, 1, 2, 10, 0];
+        let want = [8, 0, 1, 0, 1, 0x400, 0x800, 0, 0, 0, 0x200, 0x3c000, 128, 1, 2, 24, 0];
         for (i, w) in want.iter().enumerate() {
             assert_eq!(priv_at(&r, i), *w, "priv[{i}]");
         }

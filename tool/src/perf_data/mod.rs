@@ -204,8 +204,9 @@ fn end_tsc(
 }
 
 /// AUXTRACE_INFO of the plugin's Intel PT: its TSC is perf time, the config bits are the
-/// IA32_RTIT_CTL positions, CPUID.15H gives TSC:CTC = ART_RATIO:1.
-fn intel_pt_info(filter: String) -> IntelPtInfo {
+/// IA32_RTIT_CTL positions, CPUID.15H gives TSC:CTC = ART_RATIO:1; `cbr`: the core:bus ratio of
+/// the CBR packets.
+fn intel_pt_info(filter: String, cbr: u8) -> IntelPtInfo {
     IntelPtInfo {
         pmu_type: INTEL_PT_PMU_TYPE,
         time_shift: 0,
@@ -220,8 +221,9 @@ fn intel_pt_info(filter: String) -> IntelPtInfo {
         // CPUID.15H: EBX/EAX = TSC / core crystal clock.
         tsc_ctc_ratio_n: ART_RATIO as u32,
         tsc_ctc_ratio_d: 1,
-        // 1 GHz TSC / 100 MHz.
-        max_non_turbo_ratio: 10,
+        // The core clock behind CYC is the TSC clock and CBR packets carry `cbr`: the TSC runs at
+        // the maximum non-turbo ratio (perf then shows CBR as 100%).
+        max_non_turbo_ratio: cbr as u32,
         filter,
     }
 }
@@ -301,7 +303,7 @@ pub fn cmd_perf(dir_path: &Path, out: Option<&Path>) -> Result<i32> {
     }
     let filter = filter_string(&opts, &space)?;
 
-    let info = intel_pt_info(filter);
+    let info = intel_pt_info(filter, opts.config.cbr);
 
     let comm_name =
         Path::new(binary).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
