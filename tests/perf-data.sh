@@ -164,7 +164,8 @@ hi=$(printf '%x' $((0x$a + 0x$size - 1)))
 trace "$out/v-filter" "$bin/loops" "filter=0x$a-0x$hi" &&
   check "$out/v-filter" "loops [filter=insertion_sort]" "filter:$a-$hi" ""
 # -o FILE: the same file elsewhere.
-if "$tool" perf "$out/loops" -o "$out/loops.perf.data" 2>/dev/null && cmp -s "$out/loops.perf.data" "$out/loops/perf.data"; then
+if "$tool" perf "$out/v-filter" 2>/dev/null && "$tool" perf "$out/v-filter" -o "$out/v-filter.perf.data" 2>/dev/null &&
+   cmp -s "$out/v-filter.perf.data" "$out/v-filter/perf.data"; then
   echo "ok   pttrace perf DIR -o FILE writes the same perf.data as the default DIR/perf.data"
 else
   bad "pttrace perf DIR -o FILE: missing or different from DIR/perf.data"
