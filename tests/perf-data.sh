@@ -101,7 +101,8 @@ check() {  # dir label mode funcs
     n=$((n + $(wc -l <"$dir.got")))
   done
   insns=$((insns + n))
-  # Calls: every function entered by a jump in the truth, from the right place, named.
+  # Calls: every function entered by a jump in the truth, from the right place, named. (nm gives
+  # run-time addresses for the static corpus; the stripped Debian programs have no symbols.)
   local binary calls=0
   binary=$(sed -n 's/^binary=//p' "$dir/meta.txt")
   nm "$binary" 2>/dev/null | awk 'NF == 3 { a = $1; sub(/^0+/, "", a); print a, $2, $3 }' >"$dir.nm"
