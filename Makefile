@@ -33,6 +33,7 @@ test-corpus: all qemu
 	@bash tests/options.sh
 	@bash tests/run-guest.sh
 	@bash tests/signals.sh
+	@bash tests/perf-data.sh
 
 test: test-unit test-corpus test-linux
 

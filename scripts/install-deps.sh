@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Debian packages pttrace needs on a fresh bookworm machine: the QEMU build
 # dependencies, the system emulator's firmware, cmake + libclang for the libipt
-# crate (bindgen), and a C toolchain for the guest test corpus.
+# crate (bindgen), a C toolchain for the guest test corpus, and linux-perf (host perf
+# decodes `pttrace perf` output in tests/perf-data.sh).
 set -euo pipefail
 pkgs=(build-essential pkg-config ninja-build libglib2.0-dev libpixman-1-dev libslirp-dev libfdt-dev
       device-tree-compiler flex bison python3-venv dpkg-dev cmake libclang-dev clang
-      seabios qemu-system-data xxd time)
+      seabios qemu-system-data xxd time linux-perf)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

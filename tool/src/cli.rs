@@ -62,6 +62,15 @@ USAGE:
         one at an --off address (addresses >= U count as CPL 3 for the filters).
         The code is N-bit (default 64), the ranges A-B (inclusive) 16-bit.
 
+    pttrace perf DIR [-o FILE]
+        Write a perf.data file (default DIR/perf.data) that host perf decodes
+        as a per-thread `perf record -e intel_pt//u` recording of the traced
+        program: `perf script --itrace=...`, `perf report --itrace=i`. The
+        program, its interpreter and libraries must be present at the paths
+        it used (perf reads the code from them); code outside every file
+        mapping (QEMU's vDSO) is written to FILE.code. User-mode Intel PT
+        traces only.
+
     pttrace --help | -h | help
 
 EXIT STATUS:
@@ -97,6 +106,10 @@ enum Command {
         dir: PathBuf,
         opts: DecodeOptions,
     },
+    Perf {
+        dir: PathBuf,
+        out: Option<PathBuf>,
+    },
 }
 
 fn parse_u32(opt: &str, v: Option<OsString>) -> Result<u32> {
@@ -117,7 +130,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     if matches!(cmd.as_str(), "-h" | "--help" | "help") {
         return Ok(Command::Help);
     }
-    if !matches!(cmd.as_str(), "dump" | "decode" | "compare" | "rtit-dump" | "rtit-decode") {
+    if !matches!(cmd.as_str(), "dump" | "decode" | "compare" | "rtit-dump" | "rtit-decode" | "perf") {
         return Err(usage_err(format!("unknown command {cmd:?}")));
     }
 
@@ -128,6 +141,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     let mut context = None;
     let mut bits = None;
     let mut code16 = Vec::new();
+    let mut out = None;
     let mut only_positional = false;
     while let Some(a) = it.next() {
         let s = a.to_str().map(str::to_string);
@@ -162,6 +176,9 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                         }
                     }
                     ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
+                    ("perf", "-o" | "--output") => {
+                        out = Some(PathBuf::from(it.next().ok_or_else(|| usage_err(format!("{o} needs a file")))?))
+                    }
                     _ => return Err(usage_err(format!("{cmd}: unknown option {o:?}"))),
                 }
             }
@@ -200,6 +217,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             },
         },
         "rtit-dump" => Command::RtitDump { file: path, cycle_acc },
+        "perf" => Command::Perf { dir: path, out },
         "rtit-decode" => Command::RtitDecode {
             dir: path,
             opts: DecodeOptions {
@@ -277,6 +295,7 @@ fn dispatch(cmd: Command) -> Result<i32> {
             let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
             cmd_rtit_decode(&dir, &opts, &mut out)
         }
+        Command::Perf { dir, out } => crate::perf_data::cmd_perf(&dir, out.as_deref()),
     }
 }
 

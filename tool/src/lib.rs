@@ -12,6 +12,7 @@
 //! - [`dump_core`]: `pttrace dump` (to be served by `pttrace_core::pt::dump`)
 //! - [`rtit`]: Atom RTIT streams with pttrace_core's RTIT decoder (`pttrace rtit-dump`,
 //!   `pttrace rtit-decode`, and `pttrace compare` on RTIT traces)
+//! - [`perf_data`]: perf.data for host perf (`pttrace perf`), one module per perf record type
 //! - [`cli`]: argument parsing and dispatch
 
 pub mod bts_expect;
@@ -25,5 +26,6 @@ pub mod error;
 pub mod hexfmt;
 pub mod insn_ffi;
 pub mod outdir;
+pub mod perf_data;
 pub mod pkt_ffi;
 pub mod rtit;
