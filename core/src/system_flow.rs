@@ -38,9 +38,10 @@ pub trait RetireSink {
         self.async_event(AsyncKind::SoftwareInterrupt { ip }, handler, to)
     }
     /// `n` instructions that are not a block's last (hence not branches) retired, in the
-    /// context of the current block. For the performance counters; default: nothing.
-    fn plain_retired(&mut self, n: u64) {
-        let _ = n;
+    /// context of the current block, the last of them at (actual) address `last_ip`. For the
+    /// performance counters (`last_ip`: PEBS's EventingIP); default: nothing.
+    fn plain_retired(&mut self, n: u64, last_ip: u64) {
+        let _ = (n, last_ip);
     }
     /// A block's last instruction (class `kind` at `ip`, next sequential `nlip`) retired and
     /// execution continues at `next`. Reported before the transfer it makes (`branch`,
@@ -116,7 +117,7 @@ impl<B: BlockRef> Executed<B> {
     /// Report the instructions before index `k` not yet reported.
     fn retire_before(&mut self, sink: &mut impl RetireSink, k: usize) {
         if k > self.counted {
-            sink.plain_retired((k - self.counted) as u64);
+            sink.plain_retired((k - self.counted) as u64, self.block.insns[k - 1].wrapping_add(self.delta));
             self.counted = k;
         }
     }
@@ -638,7 +639,7 @@ mod tests {
         fn far_transfer(&mut self, _: u64, _: u64, _: FarKind, _: u64, _: Context) {}
         fn mov_cr3(&mut self, _: u64, _: u64) {}
         fn async_event(&mut self, _: AsyncKind, _: u64, _: Context) {}
-        fn plain_retired(&mut self, n: u64) {
+        fn plain_retired(&mut self, n: u64, _: u64) {
             self.plain += n;
         }
         fn last_retired(&mut self, kind: BranchKind, _: u64, _: u64, next: u64) {

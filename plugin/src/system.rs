@@ -19,7 +19,8 @@ use crate::output::{FileKey, Output};
 use crate::regs::Regs;
 use crate::{fail, guarded};
 use pttrace_core::vcpu_cell::VcpuCell;
-use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, IA32_DEBUGCTL, IA32_MISC_ENABLE};
+use pttrace_core::bts::pebs::{self, PebsFormat, PebsOutcome, PebsState};
+use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, DsFormat, IA32_DEBUGCTL, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
@@ -91,6 +92,8 @@ struct Retire<'a> {
     pmu: &'a mut Pmu,
     /// The LBR stack while it records (DEBUGCTL.LBR = 1 and not frozen).
     lbr: Option<&'a mut LbrStack>,
+    /// Where the instruction that triggered a due PEBS record is noted (its EventingIP).
+    pebs_eventing: &'a mut Option<u64>,
 }
 
 impl RetireSink for Retire<'_> {
@@ -159,19 +162,29 @@ impl RetireSink for Retire<'_> {
         }
         self.bts_event(why, handler, to);
     }
-    fn plain_retired(&mut self, n: u64) {
+    fn plain_retired(&mut self, n: u64, last_ip: u64) {
         if self.pmu.active() {
             self.pmu.retire(n, Retired::PLAIN, self.pt.context().cpl);
+            self.note_pebs(last_ip);
         }
     }
     fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
         if self.pmu.active() {
             self.pmu.retire(1, Retired::of(kind, ip, nlip, next), self.pt.context().cpl);
+            self.note_pebs(ip);
         }
     }
 }
 
 impl Retire<'_> {
+    /// A PEBS record became due with the instruction at `ip` (exact when the instructions were
+    /// reported one by one, see `Pmu::pebs_within`).
+    fn note_pebs(&mut self, ip: u64) {
+        if self.pmu.pebs_due() && self.pebs_eventing.is_none() {
+            *self.pebs_eventing = Some(ip);
+        }
+    }
+
     /// The BTS record of an interrupt, exception or INT n.
     fn bts_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
         if self.bts.active() {
@@ -232,6 +245,11 @@ struct Vcpu {
     pmu: Pmu,
     /// The Skylake-class LBR stack (not with `profile=silvermont`).
     lbr: LbrStack,
+    /// The instruction that triggered the due PEBS record (EventingIP).
+    pebs_eventing: Option<u64>,
+    /// PEBS records written, dropped at the absolute maximum, and aimed at memory that is not
+    /// RAM / not mapped (reported at exit).
+    pebs_stats: [u64; 3],
     /// A PMI was raised before the current block ran, for an overflow certain to happen in it
     /// (so that it is taken right after the block): the overflow itself raises no second one.
     pmi_prearmed: bool,
@@ -285,6 +303,8 @@ struct Vcpu {
     /// This vCPU's `last_started` entry, when scoreboards never move (`fixed_scoreboards`):
     /// the block callback then reads and resets it without looking the entry up.
     last_started_slot: Option<Slot>,
+    /// The value last stored in this vCPU's `pebs_step` slot.
+    pebs_steps: bool,
     /// The value last stored in this vCPU's `need_block_cb` slot.
     block_cb_flag: Option<bool>,
     truth: Option<Vec<u8>>,
@@ -351,6 +371,9 @@ pub struct Shared {
     /// truth, a pending result fix-up). Blocks run without any callback while it is 0, so a guest
     /// that does not trace pays only for the inline test (issue 8: configured but disabled).
     need_block_cb: PerVcpuU64,
+    /// Non-zero while the current block's instructions each call `on_pebs_step` (a PEBS record
+    /// may fall inside it): per-instruction conditional callbacks test it inline.
+    pebs_step: PerVcpuU64,
     /// Count of instructions of the blocks started, added inline.
     insns: PerVcpuU64,
     /// Background thread granting drain bandwidth from the wall clock (`drain=realtime:`).
@@ -464,6 +487,10 @@ impl Shared {
             // Blocks run unseen from now on: the next one seen cannot follow from this one.
             v.after = None;
             v.mode_regs = None;
+            if v.pebs_steps {
+                v.pebs_steps = false;
+                self.pebs_step.set(v.index, 0);
+            }
         }
         if v.block_cb_flag != Some(needed) {
             v.block_cb_flag = Some(needed);
@@ -503,6 +530,8 @@ impl Shared {
             pmu: Pmu::new(self.pmu_caps()),
             lbr: LbrStack::default(),
             pmi_prearmed: false,
+            pebs_eventing: None,
+            pebs_stats: [0; 3],
             cycle_clock: None,
             output: OutputUnit::new(caps),
             bts: BranchTraceStore::new(self.opts.dtes64),
@@ -542,6 +571,7 @@ impl Shared {
             held_blocks: 0,
             last_started_slot: self.fixed_scoreboards.then(|| self.last_started.slot(vcpu)),
             block_cb_flag: None,
+            pebs_steps: false,
             truth: self.opts.truth.then(Vec::new),
         };
         let mut v = v;
@@ -664,6 +694,23 @@ impl Shared {
                     CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
                 );
             }
+            if i > 0 && self.opts.bts && !self.opts.rtit {
+                // PEBS: registered after the fix-ups above, so the registers it records are the
+                // ones the guest sees. Runs only while `pebs_step` is set (see `arm_pebs_steps`).
+                // SAFETY: `tb` is the translation being instrumented; index i exists.
+                unsafe {
+                    let handle = qemu_plugin::sys::qemu_plugin_tb_get_insn(crate::tb_ptr(tb), i);
+                    qemu_plugin::sys::qemu_plugin_register_vcpu_insn_exec_cond_cb(
+                        handle,
+                        Some(on_pebs_step),
+                        CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
+                        qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_NE,
+                        self.pebs_step.0,
+                        0,
+                        ip as usize as *mut std::ffi::c_void,
+                    );
+                }
+            }
             if self.opts.truth {
                 insn.register_execute_callback(move |vcpu| {
                     if let Some(sh) = SHARED.get() {
@@ -756,11 +803,17 @@ impl Shared {
             bts_pmi: false,
             pmu: &mut v.pmu,
             lbr: lbr_on.then_some(&mut v.lbr),
+            pebs_eventing: &mut v.pebs_eventing,
         };
         let delivered = v.flow.delivered_last();
         let far_before = v.flow.stats().far_transfers;
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         let bts_pmi = sink.bts_pmi;
+        if v.pmu.pebs_due() {
+            // The previous block's last instruction triggered it: this block's first instruction
+            // is the next one, and the registers are those after the trigger.
+            self.pebs_record(v, pc);
+        }
         // The descriptor cache: the mode chosen when CS was loaded (a far transfer retired just
         // now, or an event delivered) holds until the next load. Not after a block the flow did
         // not see retire (callbacks were off): the tracer's context may be stale then.
@@ -791,6 +844,7 @@ impl Shared {
             self.count_cycles(v);
             Self::prearm_pmi(v, info);
         }
+        self.arm_pebs_steps(v, info);
         self.refresh_block_cb(v);
         if let Some(r) = v.rtit.as_mut().filter(|r| r.trigger_en()) {
             // RTIT_LIPn range edges inside the block (seed 002 §3.3.5): reported when execution
@@ -875,21 +929,93 @@ impl Shared {
             bts_pmi: false,
             pmu: &mut v.pmu,
             lbr: None,
+            pebs_eventing: &mut v.pebs_eventing,
         };
         v.flow.catch_up(&mut sink, ip);
+        if v.pmu.pebs_due() {
+            self.pebs_record(v, ip);
+        }
         if v.pmu.take_pmi() && !std::mem::take(&mut v.pmi_prearmed) {
             Self::deliver_pmi();
         }
         self.count_cycles(v);
     }
 
-    /// The PMU of the profile: Silvermont's with `profile=silvermont`, Skylake's otherwise.
+    /// The PMU of the profile: Silvermont's with `profile=silvermont`, Skylake's otherwise
+    /// (with PEBS only when the Debug Store exists, `bts=1`).
     fn pmu_caps(&self) -> PmuCaps {
         if self.opts.rtit {
             PmuCaps::SILVERMONT
-        } else {
+        } else if self.opts.bts {
             PmuCaps::SKYLAKE
+        } else {
+            PmuCaps { pebs_format: None, ..PmuCaps::SKYLAKE }
         }
+    }
+
+    /// Per-instruction callbacks for the block about to run (`on_pebs_step`): only when a PEBS
+    /// record may fall inside it, so the record names the exact instruction and registers.
+    fn arm_pebs_steps(&self, v: &mut Vcpu, info: &BlockInfo) {
+        let on = v.pmu.pebs_active() && {
+            let b = info.by_mode[match v.tracer.context().mode {
+                ExecMode::Bit16 => 0,
+                ExecMode::Bit32 => 1,
+                ExecMode::Bit64 => 2,
+            }];
+            let last = (!b.last.rep_string).then(|| Retired::certain(b.last.kind));
+            v.pmu.pebs_within(b.insns.len() as u64 - 1, last, v.tracer.context().cpl)
+        };
+        if on != v.pebs_steps {
+            v.pebs_steps = on;
+            self.pebs_step.set(v.index, u64::from(on));
+        }
+    }
+
+    /// The PEBS assist (SDM Vol. 3B §20.3.1.1.1 / seed 001 §6.5-§6.7): the record of a due PEBS
+    /// event in the format of the profile, trap-like: `ip` is the instruction after the one
+    /// that triggered it (EventingIP) and the registers are read now, before `ip` executes. The
+    /// applicable counters are reloaded from the DS area's reset fields; the threshold raises
+    /// the PMI with GLOBAL_STATUS[62] OvfBuffer.
+    fn pebs_record(&self, v: &mut Vcpu, ip: u64) {
+        let applicable = v.pmu.take_pebs();
+        let eventing_ip = v.pebs_eventing.take().unwrap_or(ip);
+        let Some(fmt) = v.pmu.caps().pebs_format else { return };
+        let regs = &v.regs;
+        let r = |name: &str| regs.get(name).unwrap_or(0);
+        let names = ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"];
+        let mut gprs = [0u64; 16];
+        for (g, n) in gprs.iter_mut().zip(names) {
+            *g = r(n);
+        }
+        let lma = r("efer") & (1 << 10) != 0;
+        let rflags = r("eflags");
+        let ds = DsFormat::select(v.bts.dtes64(), lma);
+        let Some(f) = PebsFormat::select(ds, fmt) else { return };
+        let tsc = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
+        let state = PebsState { rflags, ip, gprs, status: applicable, eventing_ip, tsc };
+        let a = pebs::assist(&mut LinearMem, v.bts.ds_area(), ds, f, &state, applicable);
+        for (n, value) in a.resets {
+            v.pmu.pebs_reload(n, value);
+        }
+        match a.outcome {
+            PebsOutcome::Written { pmi } => {
+                v.pebs_stats[0] += 1;
+                if pmi {
+                    v.pmu.set_ovf_buffer();
+                }
+            }
+            PebsOutcome::Full => v.pebs_stats[1] += 1,
+            PebsOutcome::Unwritable => v.pebs_stats[2] += 1,
+        }
+    }
+
+    /// The per-instruction callback of a block in which a PEBS record may fall: the instructions
+    /// before `ip` (actual address) retired, one at a time.
+    fn pebs_step(&self, v: &mut Vcpu, ip: u64) {
+        if v.pending.any() {
+            self.apply_pending(v);
+        }
+        self.count_to(v, ip.wrapping_add(v.pc_delta));
     }
 
     /// The clock behind the guest's TSC: the host TSC, or under `-icount shift=N` the vCPU's
@@ -1104,7 +1230,7 @@ impl Shared {
         }
         if std::mem::take(&mut v.pending.misc_enable) {
             let native = (v.regs.get("rdx").unwrap_or(0) << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
-            let value = misc_enable_read(native, true);
+            let value = misc_enable_read(native, true, v.pmu.caps().pebs_format.is_some());
             v.regs.set("rax", value & 0xFFFF_FFFF);
             v.regs.set("rdx", value >> 32);
         }
@@ -1576,10 +1702,15 @@ impl Shared {
                 bts_pmi: false,
                 pmu: &mut v.pmu,
                 lbr: lbr_on.then_some(&mut v.lbr),
+                pebs_eventing: &mut v.pebs_eventing,
             };
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {
                 Self::deliver_pmi();
+            }
+            if v.pmu.pebs_due() {
+                // The instruction before an interrupt triggered it; `from` is the next one.
+                sh.pebs_record(v, from);
             }
             let pmu_pmi = v.pmu.take_pmi();
             Self::counter_pmi(v, pmu_pmi);
@@ -1595,6 +1726,10 @@ impl Shared {
             v.tracer.finish();
             if let Some(st) = v.tracer.buffer_stats() {
                 eprintln!("pttrace: vCPU {} internal buffer: {st}", v.index);
+            }
+            if v.pebs_stats[1] + v.pebs_stats[2] > 0 {
+                let [w, full, bad] = v.pebs_stats;
+                eprintln!("pttrace: vCPU {} PEBS: {w} records written, {full} dropped at the absolute maximum, {bad} aimed at memory that is not RAM", v.index);
             }
             if v.output.restricted_bytes() + v.lost_after_stop > 0 {
                 eprintln!(
@@ -1752,6 +1887,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
         // index appears (plugins/core.c, plugin_grow_scoreboards__locked).
         fixed_scoreboards: max_vcpus <= 16,
         need_block_cb: PerVcpuU64::new(),
+        pebs_step: PerVcpuU64::new(),
         insns: PerVcpuU64::new(),
         icount_shift: icount_shift(),
         drainer,
@@ -1776,6 +1912,13 @@ extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
     let info = unsafe { &*(info as *const BlockInfo) };
     if let Some(sh) = SHARED.get() {
         guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info)));
+    }
+}
+
+/// The per-instruction PEBS callback (user data: the instruction's address at translation).
+extern "C" fn on_pebs_step(vcpu: VCPUIndex, ip: *mut std::ffi::c_void) {
+    if let Some(sh) = SHARED.get() {
+        guarded("PEBS step", || sh.with_vcpu(vcpu, |sh, v| sh.pebs_step(v, ip as usize as u64)));
     }
 }
 

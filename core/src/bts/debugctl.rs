@@ -54,13 +54,16 @@ pub fn check_ds_area_write(value: u64) -> Result<u64, Fault> {
 
 /// IA32_MISC_ENABLE[11] "Branch Trace Storage Unavailable" and [12] "Processor Event Based
 /// Sampling Unavailable" are read-only; `native` is the value QEMU keeps for the other bits.
-/// BTS is available when the profile enumerates DS; PEBS is not emulated and reads unavailable.
-pub fn misc_enable_read(native: u64, bts_available: bool) -> u64 {
+/// BTS is available when the profile enumerates DS; PEBS when it also has PEBS (Skylake).
+pub fn misc_enable_read(native: u64, bts_available: bool, pebs_available: bool) -> u64 {
     let mut v = native & !((1 << 11) | (1 << 12));
     if !bts_available {
         v |= 1 << 11;
     }
-    v | (1 << 12)
+    if !pebs_available {
+        v |= 1 << 12;
+    }
+    v
 }
 
 #[cfg(test)]
@@ -93,9 +96,11 @@ mod tests {
     }
 
     #[test]
-    fn misc_enable_reports_bts_available_and_pebs_unavailable() {
-        assert_eq!(misc_enable_read(1, true), 1 | (1 << 12));
-        assert_eq!(misc_enable_read(1 | (1 << 11), true), 1 | (1 << 12));
-        assert_eq!(misc_enable_read(1, false), 1 | (1 << 11) | (1 << 12));
+    fn misc_enable_reports_bts_and_pebs_availability() {
+        assert_eq!(misc_enable_read(1, true, false), 1 | (1 << 12));
+        assert_eq!(misc_enable_read(1 | (1 << 11), true, false), 1 | (1 << 12));
+        assert_eq!(misc_enable_read(1, false, false), 1 | (1 << 11) | (1 << 12));
+        // Skylake with PEBS: both available.
+        assert_eq!(misc_enable_read(1 | (1 << 11) | (1 << 12), true, true), 1);
     }
 }

@@ -4,8 +4,8 @@
 //! their lengths, the threshold interrupt (GLOBAL_STATUS[62] OvfBuffer), nothing written at or
 //! past the absolute maximum, and the counter reset values.
 //!
-//! Not yet driven by the PMU (IA32_PEBS_ENABLE, arming on overflow) nor advertised:
-//! IA32_MISC_ENABLE[12] still reads "PEBS unavailable" and PERF_CAPABILITIES[11:8] is 0.
+//! The PMU (`crate::pmu::Pmu`) arms PEBS when a PEBS-enabled counter overflows and says when a
+//! record is due; [`assist`] then writes it here and gives the counters their reset values.
 //!
 //! | field                        | 32-bit | 64-bit |
 //! |------------------------------|--------|--------|
@@ -185,6 +185,28 @@ pub fn write_record(mem: &mut impl LinearMemory, ds_area: u64, ds: DsFormat, f: 
     PebsOutcome::Written { pmi: index >= fields.threshold }
 }
 
+/// What one PEBS assist did: the record's outcome and the reset values of the applicable GP
+/// counters (counter index, value), read from the DS area's counter reset fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assist {
+    pub outcome: PebsOutcome,
+    pub resets: Vec<(usize, u64)>,
+}
+
+/// The PEBS assist for the counters `applicable` (bit n: GP counter n): write the record (the
+/// state's status field holds `applicable` in formats >= 3) and read the reset values of those
+/// counters. The counters are reloaded whether or not the record fit below the absolute
+/// maximum (the assist runs; only the store is suppressed); with the DS area unreadable nothing
+/// is reloaded.
+pub fn assist(mem: &mut impl LinearMemory, ds_area: u64, ds: DsFormat, f: PebsFormat, state: &PebsState, applicable: u64) -> Assist {
+    let outcome = write_record(mem, ds_area, ds, f, state);
+    let resets = (0..32)
+        .filter(|n| applicable & (1 << n) != 0)
+        .filter_map(|n| counter_reset(mem, ds_area, ds, n).ok().map(|v| (n, v)))
+        .collect();
+    Assist { outcome, resets }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +297,24 @@ mod tests {
         // The interrupt handler resets the index; recording resumes at the base.
         m.write_linear(DS + 0x28, &BUF.to_le_bytes()).unwrap();
         assert_eq!(write_record(&mut m, DS, ds, f, &s), PebsOutcome::Written { pmi: false });
+    }
+
+    #[test]
+    fn assist_writes_the_applicable_counters_and_returns_their_reset_values() {
+        let (ds, f) = (DsFormat::Bits64, PebsFormat::Skylake);
+        let mut m = setup(ds, f, 1, 1);
+        m.write_linear(DS + 0x40 + 16, &0xFFFF_FFFF_FFF0u64.to_le_bytes()).unwrap();
+        let s = PebsState { status: 0b100, ..state() };
+        let a = assist(&mut m, DS, ds, f, &s, 0b100);
+        assert_eq!(a, Assist { outcome: PebsOutcome::Written { pmi: true }, resets: vec![(2, 0xFFFF_FFFF_FFF0)] });
+        assert_eq!(u64_at(&mut m, BUF + 0x90), 0b100);
+        // Full: no record, the counter is still reloaded.
+        let a = assist(&mut m, DS, ds, f, &s, 0b100);
+        assert_eq!(a.outcome, PebsOutcome::Full);
+        assert_eq!(a.resets, vec![(2, 0xFFFF_FFFF_FFF0)]);
+        // The DS area is not mapped: nothing written, nothing reloaded, no crash.
+        let a = assist(&mut m, 0x9000_0000, ds, f, &s, 0b100);
+        assert_eq!(a, Assist { outcome: PebsOutcome::Unwritable, resets: vec![] });
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub const IA32_PERF_GLOBAL_STATUS_SET: u32 = 0x391;
 pub const IA32_PERF_GLOBAL_INUSE: u32 = 0x392;
 /// Full-width aliases of IA32_PMCx (with PERF_CAPABILITIES[13]).
 pub const IA32_A_PMC0: u32 = 0x4C1;
+/// IA32_PEBS_ENABLE (SDM Vol. 4 Table 2-20 for Skylake 06_5EH): [3:0] PEBS_EN_PMCn,
+/// [35:32] LL_EN_PMCn (load latency; accepted and kept, the model has no memory events).
+pub const IA32_PEBS_ENABLE: u32 = 0x3F1;
 
 /// IA32_PERF_GLOBAL_STATUS bits besides the counters' overflow bits.
 pub const STATUS_TRACE_TOPA_PMI: u64 = 1 << 55;
@@ -51,6 +54,11 @@ pub const STATUS_COND_CHGD: u64 = 1 << 63;
 
 /// IA32_PERF_CAPABILITIES[13] FW_WRITE: full-width writes through IA32_A_PMCx.
 pub const PERF_CAP_FW_WRITE: u64 = 1 << 13;
+/// IA32_PERF_CAPABILITIES[6] PEBS_TRAP: trap-like PEBS records (the IP field is the instruction
+/// after the one that triggered the record, the registers are those after it).
+pub const PERF_CAP_PEBS_TRAP: u64 = 1 << 6;
+/// IA32_PERF_CAPABILITIES[7] PEBS_ARCH_REG: the records hold the architectural registers.
+pub const PERF_CAP_PEBS_ARCH_REG: u64 = 1 << 7;
 
 /// What a part's PMU looks like (CPUID leaf 0AH, PERF_CAPABILITIES).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,16 +74,19 @@ pub struct PmuCaps {
     pub topa_pmi: bool,
     /// IA32_PERF_CAPABILITIES[5:0] LBR format (5: FROM/TO addresses, LBR_INFO; `crate::lbr`).
     pub lbr_format: u8,
+    /// PEBS record format (IA32_PERF_CAPABILITIES[11:8]; trap-like, architectural registers),
+    /// IA32_PEBS_ENABLE and IA32_MISC_ENABLE[12] = 0; None: no PEBS.
+    pub pebs_format: Option<u8>,
 }
 
 impl PmuCaps {
     /// Skylake client 06_5EH: perfmon version 4, 4 GP counters per thread, 3 fixed counters,
     /// 48 bits, full-width writes.
     pub const SKYLAKE: PmuCaps =
-        PmuCaps { version: 4, num_gp: 4, num_fixed: 3, width: 48, full_width_writes: true, topa_pmi: true, lbr_format: 5 };
+        PmuCaps { version: 4, num_gp: 4, num_fixed: 3, width: 48, full_width_writes: true, topa_pmi: true, lbr_format: 5, pebs_format: Some(3) };
     /// Silvermont 06_4DH: version 3, 2 GP counters, 3 fixed, 40 bits.
     pub const SILVERMONT: PmuCaps =
-        PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, full_width_writes: false, topa_pmi: false, lbr_format: 0 };
+        PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, full_width_writes: false, topa_pmi: false, lbr_format: 0, pebs_format: None };
 
     fn mask(&self) -> u64 {
         (1u64 << self.width) - 1
@@ -95,10 +106,20 @@ impl PmuCaps {
         [eax, ebx, 0, edx]
     }
 
-    /// IA32_PERF_CAPABILITIES: FW_WRITE and the LBR format (the PEBS format and bits stay 0:
-    /// no PEBS is modelled).
+    /// IA32_PERF_CAPABILITIES: FW_WRITE, the LBR format and, with PEBS, trap-like records with
+    /// the architectural registers in the profile's format: Skylake 06_5EH reads 0x33C5; the model
+    /// reads 0x23C5, without [12] SMM_FREEZE (no SMM freeze is modelled, and with it
+    /// IA32_DEBUGCTL[14] FREEZE_WHILE_SMM would have to be writable).
     pub fn perf_capabilities(&self) -> Option<u64> {
-        self.full_width_writes.then_some(PERF_CAP_FW_WRITE | u64::from(self.lbr_format))
+        let pebs = self.pebs_format.map_or(0, |f| PERF_CAP_PEBS_TRAP | PERF_CAP_PEBS_ARCH_REG | (u64::from(f) << 8));
+        self.full_width_writes.then_some(PERF_CAP_FW_WRITE | pebs | u64::from(self.lbr_format))
+    }
+
+    /// Bits of IA32_PEBS_ENABLE software may set: PEBS_EN_PMCn and LL_EN_PMCn of each GP
+    /// counter; the rest #GP (None: the MSR does not exist).
+    pub fn pebs_enable_bits(&self) -> Option<u64> {
+        let gp = (1u64 << self.num_gp) - 1;
+        self.pebs_format.map(|_| gp | (gp << 32))
     }
 
     /// Bits of IA32_PERF_GLOBAL_STATUS_RESET (OVF_CTRL) software may write.
@@ -128,6 +149,8 @@ struct Active {
     os: bool,
     usr: bool,
     int: bool,
+    /// IA32_PEBS_ENABLE.PEBS_EN_PMCn (GP counters only).
+    pebs: bool,
 }
 
 /// The PMU of one logical processor.
@@ -146,6 +169,12 @@ pub struct Pmu {
     counts_cycles: bool,
     /// A counter with INT overflowed since the last `take_pmi`.
     pmi_pending: bool,
+    /// IA32_PEBS_ENABLE.
+    pebs_enable: u64,
+    /// PEBS-enabled counters that overflowed: the next occurrence of their event writes a record.
+    pebs_armed: u64,
+    /// Armed counters whose event occurred again: a record is due (`take_pebs`).
+    pebs_fired: u64,
 }
 
 impl Pmu {
@@ -165,6 +194,9 @@ impl Pmu {
             active: Vec::new(),
             counts_cycles: false,
             pmi_pending: false,
+            pebs_enable: 0,
+            pebs_armed: 0,
+            pebs_fired: 0,
         }
     }
 
@@ -191,6 +223,7 @@ impl Pmu {
             || within(IA32_PERFEVTSEL0, MAX_GP)
             || within(IA32_FIXED_CTR0, MAX_FIXED)
             || index == IA32_PERF_CAPABILITIES
+            || index == IA32_PEBS_ENABLE
             || (IA32_FIXED_CTR_CTRL..=IA32_PERF_GLOBAL_INUSE).contains(&index)
     }
 
@@ -254,6 +287,7 @@ impl Pmu {
             IA32_PERF_GLOBAL_STATUS_RESET => Ok(0),
             IA32_PERF_GLOBAL_STATUS_SET if self.caps.version >= 4 => Ok(0),
             IA32_PERF_GLOBAL_INUSE if self.caps.version >= 4 => Ok(self.inuse()),
+            IA32_PEBS_ENABLE if self.caps.pebs_format.is_some() => Ok(self.pebs_enable),
             _ => Err(Fault::Gp),
         }
     }
@@ -280,6 +314,7 @@ impl Pmu {
             IA32_PERF_GLOBAL_CTRL => ok(!self.caps.counter_bits()),
             IA32_PERF_GLOBAL_STATUS_RESET => ok(!self.caps.reset_bits()),
             IA32_PERF_GLOBAL_STATUS_SET if self.caps.version >= 4 => ok(!self.caps.set_bits()),
+            IA32_PEBS_ENABLE => ok(!self.caps.pebs_enable_bits().ok_or(Fault::Gp)?),
             // GLOBAL_STATUS, INUSE and PERF_CAPABILITIES are read-only.
             _ => Err(Fault::Gp),
         }
@@ -303,6 +338,7 @@ impl Pmu {
                 IA32_PERF_GLOBAL_CTRL => self.global_ctrl = value,
                 IA32_PERF_GLOBAL_STATUS_RESET => self.global_status &= !value,
                 IA32_PERF_GLOBAL_STATUS_SET => self.global_status |= value,
+                IA32_PEBS_ENABLE => self.pebs_enable = value,
                 _ => {}
             }
         }
@@ -338,6 +374,13 @@ impl Pmu {
         self.global_status |= STATUS_TRACE_TOPA_PMI;
     }
 
+    /// The PEBS buffer reached its interrupt threshold: GLOBAL_STATUS[62] OvfBuffer and a PMI
+    /// (with freeze on PMI, `take_pmi`).
+    pub fn set_ovf_buffer(&mut self) {
+        self.global_status |= STATUS_OVF_BUFFER;
+        self.pmi_pending = true;
+    }
+
     pub fn global_status(&self) -> u64 {
         self.global_status
     }
@@ -355,7 +398,8 @@ impl Pmu {
                 continue;
             }
             let Some(event) = Self::gp_event(sel) else { continue };
-            self.active.push(Active { bit: i as u8, event, os: sel.os(), usr: sel.usr(), int: sel.int() });
+            let pebs = self.pebs_enable & (1 << i) != 0;
+            self.active.push(Active { bit: i as u8, event, os: sel.os(), usr: sel.usr(), int: sel.int(), pebs });
         }
         for i in 0..usize::from(self.caps.num_fixed) {
             if self.global_ctrl & (1 << (32 + i)) == 0 || self.fixed_ctrl.en(i) == 0 {
@@ -363,9 +407,12 @@ impl Pmu {
             }
             let Some(event) = Event::fixed(i) else { continue };
             let en = self.fixed_ctrl.en(i);
-            self.active.push(Active { bit: 32 + i as u8, event, os: en & 1 != 0, usr: en & 2 != 0, int: self.fixed_ctrl.pmi(i) });
+            self.active.push(Active { bit: 32 + i as u8, event, os: en & 1 != 0, usr: en & 2 != 0, int: self.fixed_ctrl.pmi(i), pebs: false });
         }
         self.counts_cycles = self.active.iter().any(|a| matches!(a.event, Event::CoreCycles | Event::RefCycles));
+        // A counter no longer counting with PEBS is not armed (its next event cannot come).
+        let pebs_counting = self.active.iter().filter(|a| a.pebs).fold(0u64, |m, a| m | 1 << a.bit);
+        self.pebs_armed &= pebs_counting;
     }
 
     /// The event a GP counter counts. CMASK/INV (§20.2.1.1): in the model at most one event of
@@ -391,17 +438,81 @@ impl Pmu {
     }
 
     /// Add `n` events to counter `bit`; true if it overflowed with its interrupt enabled.
+    ///
+    /// PEBS (SDM Vol. 3B §20.3.1.1.1 / §20.5.3.1 "Processor Event Based Sampling"): the overflow
+    /// of a PEBS-enabled counter arms PEBS; the next occurrence of the event after it triggers
+    /// the record (`take_pebs`). Events reported in bulk that contain both the overflow and a
+    /// later event trigger it too, at an instruction the caller cannot name: the plugin
+    /// reports retirements one by one wherever that may happen (`pebs_within`).
     fn add(&mut self, a: Active, n: u64) -> bool {
         let mask = self.caps.mask();
+        let bit = 1u64 << a.bit;
+        if a.pebs && self.pebs_armed & bit != 0 {
+            self.pebs_armed &= !bit;
+            self.pebs_fired |= bit;
+        }
         let c = self.counter(a.bit);
         let sum = *c + n;
         *c = sum & mask;
         if sum > mask {
-            self.global_status |= 1 << a.bit;
+            self.global_status |= bit;
+            if a.pebs && self.pebs_fired & bit == 0 {
+                if sum & mask == 0 {
+                    self.pebs_armed |= bit;
+                } else {
+                    self.pebs_fired |= bit;
+                }
+            }
             a.int
         } else {
             false
         }
+    }
+
+    /// IA32_PEBS_ENABLE.
+    pub fn pebs_enable(&self) -> u64 {
+        self.pebs_enable
+    }
+
+    /// Some counter counts with PEBS: retirements may write records.
+    pub fn pebs_active(&self) -> bool {
+        self.active.iter().any(|a| a.pebs)
+    }
+
+    /// The counters whose PEBS record is due (the record's "applicable counters"), cleared; 0 if
+    /// none. The caller writes the record and reloads them (`pebs_reload`).
+    pub fn take_pebs(&mut self) -> u64 {
+        std::mem::take(&mut self.pebs_fired)
+    }
+
+    /// A record is due (not yet taken).
+    pub fn pebs_due(&self) -> bool {
+        self.pebs_fired != 0
+    }
+
+    /// After a PEBS record: GP counter `n` is loaded with the DS area's reset value for it.
+    pub fn pebs_reload(&mut self, n: usize, value: u64) {
+        if n < usize::from(self.caps.num_gp) {
+            self.gp[n] = value & self.caps.mask();
+        }
+    }
+
+    /// Could `plain` plain instructions followed by one contributing `last` (if any), all at
+    /// `cpl`, trigger a PEBS record before the last one retires (an armed counter sees an event,
+    /// or a PEBS counter overflows with events to follow)? Then the caller reports the block's
+    /// instructions one by one, so the record names the exact instruction and registers.
+    pub fn pebs_within(&self, plain: u64, last: Option<Retired>, cpl: u8) -> bool {
+        let mask = self.caps.mask();
+        self.pebs_fired != 0
+            || self.active.iter().any(|a| {
+                let Event::Retirement(req) = a.event else { return false };
+                if !a.pebs || !(if cpl == 0 { a.os } else { a.usr }) || req != 0 || plain == 0 {
+                    return false;
+                }
+                let value = self.gp[usize::from(a.bit)];
+                // Mid-block events only come from instruction events (branches end blocks).
+                self.pebs_armed & (1 << a.bit) != 0 || plain + u64::from(last.is_some()) > mask - value
+            })
     }
 
     /// Is a PMI due (a counter with INT / PMI overflowed since the last call)? The caller raises

@@ -49,7 +49,7 @@ fn msr_gp_and_read_back_rules() {
     assert_eq!(p.write(IA32_PERF_GLOBAL_STATUS, 0), Err(Fault::Gp));
     assert_eq!(p.write(IA32_PERF_GLOBAL_INUSE, 0), Err(Fault::Gp));
     assert_eq!(p.write(IA32_PERF_CAPABILITIES, 0), Err(Fault::Gp));
-    assert_eq!(p.read(IA32_PERF_CAPABILITIES), Ok(PERF_CAP_FW_WRITE | 5));
+    assert_eq!(p.read(IA32_PERF_CAPABILITIES), Ok(PERF_CAP_FW_WRITE | PERF_CAP_PEBS_TRAP | PERF_CAP_PEBS_ARCH_REG | (3 << 8) | 5));
     // Legacy 32-bit writes sign-extend; full-width writes through IA32_A_PMCx.
     p.write(IA32_PMC0, 0xFFFF_FFFF_8000_0000).unwrap();
     assert_eq!(p.read(IA32_PMC0), Ok(0xFFFF_8000_0000));
@@ -217,4 +217,88 @@ fn rdpmc_selects_counters_and_faults_as_the_sdm_says() {
     assert_eq!(p.rdpmc(0x100, 0, false, true), Err(Fault::Gp));
     assert_eq!(p.rdpmc(3, 3, false, true), Err(Fault::Gp), "CR4.PCE = 0 at CPL 3");
     assert_eq!(p.rdpmc(3, 3, true, true), Ok(0x1_2345_6789));
+}
+
+#[test]
+fn skylake_enumerates_pebs_format_3_trap_like_and_silvermont_none() {
+    // PERF_CAPABILITIES[6] trap, [7] arch regs, [11:8] format 3, [13] FW_WRITE, [5:0] LBR 5.
+    assert_eq!(PmuCaps::SKYLAKE.perf_capabilities(), Some(0x23C5));
+    assert_eq!(PmuCaps::SKYLAKE.pebs_enable_bits(), Some(0xF_0000_000F));
+    assert_eq!(PmuCaps::SILVERMONT.pebs_enable_bits(), None);
+    assert_eq!(Pmu::new(PmuCaps::SILVERMONT).read(IA32_PEBS_ENABLE), Err(Fault::Gp));
+}
+
+#[test]
+fn pebs_enable_reserved_bits_gp_and_read_back() {
+    let mut p = skl();
+    assert_eq!(p.read(IA32_PEBS_ENABLE), Ok(0));
+    for bad in [1 << 4, 1 << 31, 1 << 36, 1 << 63] {
+        assert_eq!(p.write(IA32_PEBS_ENABLE, bad), Err(Fault::Gp), "{bad:#x}");
+    }
+    p.write(IA32_PEBS_ENABLE, 0x3_0000_0005).unwrap();
+    assert_eq!(p.read(IA32_PEBS_ENABLE), Ok(0x3_0000_0005));
+    let mut s = Pmu::new(PmuCaps::SILVERMONT);
+    assert_eq!(s.write(IA32_PEBS_ENABLE, 1), Err(Fault::Gp));
+}
+
+fn pebs_counter(reset_distance: u64) -> Pmu {
+    let mut p = skl();
+    p.write(IA32_A_PMC0 + 1, (1 << 48) - reset_distance).unwrap();
+    p.write(IA32_PERFEVTSEL0 + 1, 0xC0 | OS | EN).unwrap();
+    p.write(IA32_PEBS_ENABLE, 0b10).unwrap();
+    p.write(IA32_PERF_GLOBAL_CTRL, 0b10).unwrap();
+    p
+}
+
+#[test]
+fn pebs_record_is_due_at_the_event_after_the_overflow() {
+    let mut p = pebs_counter(3);
+    assert!(p.pebs_active());
+    for _ in 0..3 {
+        p.retire(1, Retired::PLAIN, 0);
+        assert!(!p.pebs_due(), "the overflowing instruction arms, it does not trigger");
+    }
+    assert_eq!(p.read(IA32_PMC0 + 1), Ok(0));
+    assert_eq!(p.global_status() & 0b10, 0b10, "the overflow is visible in GLOBAL_STATUS");
+    assert!(!p.take_pmi(), "no INT: no counter PMI");
+    p.retire(1, Retired::PLAIN, 3);
+    assert!(!p.pebs_due(), "an instruction the counter does not count (CPL 3, OS only) does not trigger");
+    p.retire(1, Retired::PLAIN, 0);
+    assert_eq!(p.take_pebs(), 0b10, "the applicable counters");
+    assert_eq!(p.take_pebs(), 0);
+    p.pebs_reload(1, 0xFFFF_FFFF_FFFD);
+    assert_eq!(p.read(IA32_PMC0 + 1), Ok(0xFFFF_FFFF_FFFD), "reloaded from the DS reset field");
+}
+
+#[test]
+fn pebs_within_asks_for_single_steps_only_where_a_record_can_fall() {
+    let p = pebs_counter(10);
+    assert!(!p.pebs_within(5, Some(Retired::PLAIN), 0), "no overflow in 6 instructions");
+    assert!(p.pebs_within(10, Some(Retired::PLAIN), 0), "overflow at the 10th, record at the 11th");
+    assert!(!p.pebs_within(10, Some(Retired::PLAIN), 3), "not counted at CPL 3");
+    let mut p = pebs_counter(1);
+    p.retire(1, Retired::PLAIN, 0);
+    assert!(p.pebs_within(1, None, 0), "armed: the next instruction triggers");
+    assert!(!p.pebs_within(0, Some(Retired::PLAIN), 0), "a block's last instruction: the next block start names it");
+}
+
+#[test]
+fn pebs_in_bulk_triggers_when_events_follow_the_overflow() {
+    let mut p = pebs_counter(2);
+    p.retire(5, Retired::PLAIN, 0);
+    assert_eq!(p.take_pebs(), 0b10);
+}
+
+#[test]
+fn disabling_the_counter_disarms_pebs_and_the_buffer_threshold_raises_a_pmi() {
+    let mut p = pebs_counter(1);
+    p.retire(1, Retired::PLAIN, 0);
+    p.write(IA32_PERF_GLOBAL_CTRL, 0).unwrap();
+    p.write(IA32_PERF_GLOBAL_CTRL, 0b10).unwrap();
+    p.retire(1, Retired::PLAIN, 0);
+    assert!(!p.pebs_due());
+    p.set_debugctl(1 << 12);
+    p.set_ovf_buffer();
+    assert!(p.take_pmi());
+    assert_eq!(p.global_status(), 0b10 | STATUS_OVF_BUFFER | STATUS_CTR_FRZ);
 }
