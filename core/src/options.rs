@@ -349,6 +349,10 @@ pub struct SystemOptions {
     pub bts: bool,
     /// CPUID.1:ECX[2] DTES64: the 64-bit DS save area format in every mode.
     pub dtes64: bool,
+    /// PEBS (`pebs=1`, with `bts=1`, Skylake profile): IA32_PEBS_ENABLE, MISC_ENABLE[12] = 0,
+    /// PERF_CAPABILITIES format 3. Opt-in: exact records need a conditional callback on every
+    /// instruction, which costs even while PEBS is off.
+    pub pebs: bool,
     /// Atom RTIT instead of Intel PT (`profile=silvermont`): CPUID family/model 06_4DH, no PT
     /// enumeration, the RTIT MSRs 760H-77DH (seed 002).
     pub rtit: bool,
@@ -367,6 +371,7 @@ pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma se
   truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth
   bts=0|1           Branch Trace Store and the Debug Store (CPUID.1 DS, IA32_DEBUGCTL, IA32_DS_AREA; default 1)
   dtes64=0|1        CPUID.1:ECX[2] DTES64: 64-bit DS save area format in all modes (default 1)
+  pebs=0|1          PEBS (needs bts=1; Skylake format 3, exact records; costs per instruction) (default 0)
   buffer=BYTES      internal trace buffer of BYTES (64..1G, K/M suffix): packets wait there and
                     overflow (OVF) when the drain cannot keep up; default: none
   drain=B/N         with buffer=: drain B bytes per N instructions (deterministic; default 8/1)
@@ -381,6 +386,7 @@ impl SystemOptions {
             truth: false,
             bts: true,
             dtes64: true,
+            pebs: false,
             rtit: false,
             buffer: None,
             errata: crate::rtit::errata::Errata::default(),
@@ -411,6 +417,7 @@ impl SystemOptions {
                 "truth" => o.truth = parse_bool(key, v)?,
                 "bts" => o.bts = parse_bool(key, v)?,
                 "dtes64" => o.dtes64 = parse_bool(key, v)?,
+                "pebs" => o.pebs = parse_bool(key, v)?,
                 "buffer" => buffer = Some(v.to_string()),
                 "errata" => o.errata = parse_errata(v)?,
                 "drain" => drain = Some(v.to_string()),
@@ -419,6 +426,9 @@ impl SystemOptions {
         }
         if o.truth && o.out.is_none() {
             return err("option 'truth' needs out=DIR".into());
+        }
+        if o.pebs && (!o.bts || o.rtit) {
+            return err("option 'pebs' needs bts=1 and the Skylake profile (PEBS records go to the Debug Store)".into());
         }
         if o.errata != crate::rtit::errata::Errata::default() && !o.rtit {
             return err("option 'errata' needs profile=silvermont (the errata are those of the Atom RTIT reference)".into());

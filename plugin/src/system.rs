@@ -694,7 +694,7 @@ impl Shared {
                     CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
                 );
             }
-            if i > 0 && self.opts.bts && !self.opts.rtit {
+            if i > 0 && self.opts.pebs {
                 // PEBS: registered after the fix-ups above, so the registers it records are the
                 // ones the guest sees. Runs only while `pebs_step` is set (see `arm_pebs_steps`).
                 // SAFETY: `tb` is the translation being instrumented; index i exists.
@@ -942,11 +942,11 @@ impl Shared {
     }
 
     /// The PMU of the profile: Silvermont's with `profile=silvermont`, Skylake's otherwise
-    /// (with PEBS only when the Debug Store exists, `bts=1`).
+    /// (with PEBS only with `pebs=1`, which needs the Debug Store, `bts=1`).
     fn pmu_caps(&self) -> PmuCaps {
         if self.opts.rtit {
             PmuCaps::SILVERMONT
-        } else if self.opts.bts {
+        } else if self.opts.pebs {
             PmuCaps::SKYLAKE
         } else {
             PmuCaps { pebs_format: None, ..PmuCaps::SKYLAKE }

@@ -1,3 +1,4 @@
+// pttrace-options: pebs=1
 /* PEBS of the Skylake profile (SDM Vol. 3B §20.3.1.1.1 / §20.5.3.1; seed 001 §5, §6.5-§6.7,
  * §9.1.3-§9.2.5): enumeration (CPUID.1 DS/DTES64, IA32_MISC_ENABLE[12] = 0, PERF_CAPABILITIES
  * format 3 trap-like), IA32_PEBS_ENABLE's #GP rules, and records of a hand-written straight-line
