@@ -137,11 +137,11 @@ echo "  Intel PT on (ToPA, 2 x 512 KiB):         $(m "${tp[@]}") ($(r "$(m "${tp
 [ "${BENCH_LINUX:-1}" = 0 ] && exit 0
 # The Linux guest (issue 13's last two rows): boot to /init with and without the plugin (the
 # guest's uptime when /init starts, as scripts/linux-guest/run.sh reports it), and one workload
-# (calls 1000000) timed in the guest with and without `perf record -e intel_pt//u` (perf's own start-up
+# (calls 10000000) timed in the guest with and without `perf record -e intel_pt//u` (perf's own start-up
 # and the write of perf.data included, as a user sees it).
 lscript=$(mktemp)
 cat >"$lscript" <<'GUEST'
-cd /tmp; t0=$(cut -d' ' -f1 /proc/uptime); calls 1000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e intel_pt//u -o w.data calls 1000000 >/dev/null; t2=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "LINUXBENCH plain_ms=%d perf_ms=%d\n", (b - a) * 1000, (c - b) * 1000 }'
+cd /tmp; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e intel_pt//u -o w.data calls 10000000 >/dev/null; t2=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "LINUXBENCH plain_ms=%d perf_ms=%d\n", (b - a) * 1000, (c - b) * 1000 }'
 GUEST
 bootmsg() { sed -n 's/.*guest reached \/init at \([0-9.]*\) s uptime.*/\1/p' | tail -1; }
 nb=() wb=() lp=() lw=()
@@ -149,13 +149,13 @@ for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   nb+=("$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" 2>&1 | tr -d '\r' | bootmsg)")
   lout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" -plugin "$plugin" 2>&1 | tr -d '\r')
   wb+=("$(bootmsg <<<"$lout")")
-  lp+=("$(sed -n 's/.*LINUXBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
-  lw+=("$(sed -n 's/.*LINUXBENCH .*perf_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
+  lp+=("$(sed -n 's/^LINUXBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
+  lw+=("$(sed -n 's/^LINUXBENCH .*perf_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
 done
 rm -f "$lscript"
 echo
 echo "Linux guest (Debian 6.1 kernel, 2 vCPUs; median of ${BENCH_LINUX_RUNS:-1}):"
 echo "  boot to /init, no plugin:                $(m "${nb[@]}") s uptime"
 echo "  boot to /init, plugin loaded:            $(m "${wb[@]}") s uptime ($(r "$(m "${wb[@]}")" "$(m "${nb[@]}")"))"
-echo "  calls 1000000 (guest /proc/uptime):      $(m "${lp[@]}") ms"
+echo "  calls 10000000 (guest /proc/uptime):     $(m "${lp[@]}") ms"
 echo "  the same under perf record -e intel_pt//u:$(m "${lw[@]}") ms ($(r "$(m "${lw[@]}")" "$(m "${lp[@]}")"))"
