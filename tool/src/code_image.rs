@@ -50,8 +50,11 @@ pub struct LoadStats {
     pub conflicting_bytes: u64,
     /// Non-fatal problems (e.g. a truncated final record).
     pub warnings: Vec<String>,
-    /// The file ends inside a record (a run cut short; an error for a run that ended in order).
+    /// The file ends inside a record (a run cut short; for PTCODE2, an error for a run that
+    /// ended in order).
     pub truncated: bool,
+    /// A PTCODE2 (versioned) file.
+    pub versioned: bool,
 }
 
 /// Sparse memory image: sorted, disjoint, non-adjacent segments (the base image), and for a
@@ -225,9 +228,10 @@ impl CodeImage {
     /// is a truncation (`LoadStats::truncated`, a warning here).
     fn parse_v2(data: &[u8]) -> Result<(CodeImage, LoadStats)> {
         let corrupt = |pos: usize, what: String| {
-            Err(ToolError::input(format!("code.img: corrupt at offset 0x{pos:x}: {what}")))
+            Err(ToolError::input(format!("corrupt at offset 0x{pos:x}: {what}")))
         };
         let mut b = CodeImageBuilder { first_wins: true, ..CodeImageBuilder::default() };
+        b.stats.versioned = true;
         let mut versions: Vec<(u64, Vec<u8>)> = Vec::new();
         let mut switches: HashMap<u32, Vec<(u64, u32)>> = HashMap::new();
         let mut overflows: HashMap<u32, HashMap<u32, u64>> = HashMap::new();
@@ -532,6 +536,90 @@ mod tests {
         assert_eq!(img.size(), 0);
         assert_eq!(st.skipped_records, 2);
         assert_eq!(st.warnings.len(), 1);
+    }
+
+    fn v2(records: &[Vec<u8>]) -> Vec<u8> {
+        let mut d = MAGIC_V2.to_vec();
+        for r in records {
+            d.extend_from_slice(r);
+        }
+        d
+    }
+
+    fn view_read(v: &mut ThreadView, addr: u64, n: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; n];
+        let got = v.read(addr, &mut buf);
+        buf.truncate(got);
+        buf
+    }
+
+    #[test]
+    fn versions_switch_per_thread_at_their_count() {
+        // Version 0 at 0x1000 (the base: first record wins), version 1 rewrites it, version 2
+        // starts 2 bytes in and overlaps both.
+        let d = v2(&[
+            fmt::version_record(0x1000, &[1, 2, 3, 4]),
+            fmt::version_record(0x1000, &[5, 6, 7, 8]),
+            fmt::switch_record(1, 10, 1).to_vec(),
+            fmt::version_record(0x1002, &[9, 9, 9]),
+            fmt::switch_record(1, 20, 2).to_vec(),
+            fmt::switch_record(2, 5, 0).to_vec(),
+            fmt::switch_record(1, 30, 0).to_vec(),
+            fmt::ovf_record(1, 1, 25).to_vec(),
+            fmt::ovf_record(1, 2, fmt::UNKNOWN_COUNT).to_vec(),
+        ]);
+        let (img, st) = CodeImage::parse(&d).unwrap();
+        assert!(!st.truncated);
+        assert!(img.has_switches());
+        assert_eq!(img.n_versions(), 3);
+        assert_eq!(img.first_record(), Some(0x1000));
+        assert_eq!(read_all(&img, 0x1000, 8), vec![1, 2, 3, 4, 9]);
+        let img = std::rc::Rc::new(img);
+        let mut t1 = ThreadView::new(img.clone(), 1);
+        t1.advance(9);
+        assert_eq!(view_read(&mut t1, 0x1000, 8), vec![1, 2, 3, 4, 9]);
+        t1.advance(10);
+        assert_eq!(view_read(&mut t1, 0x1000, 8), vec![5, 6, 7, 8, 9]);
+        t1.advance(20);
+        assert_eq!(view_read(&mut t1, 0x1000, 8), vec![5, 6, 9, 9, 9]);
+        t1.advance(30);
+        assert_eq!(view_read(&mut t1, 0x1000, 8), vec![1, 2, 3, 4, 9]);
+        assert_eq!(view_read(&mut t1, 0x0fff, 8), Vec::<u8>::new());
+        assert_eq!(t1.overflow_count(1), Some(25));
+        assert_eq!(t1.overflow_count(2), None);
+        // Another thread follows only its own switches.
+        let mut t2 = ThreadView::new(img.clone(), 2);
+        t2.advance(100);
+        assert_eq!(view_read(&mut t2, 0x1001, 8), vec![2, 3, 4, 9]);
+        let mut t3 = ThreadView::new(img, 3);
+        t3.advance(100);
+        assert_eq!(view_read(&mut t3, 0x1000, 2), vec![1, 2]);
+    }
+
+    #[test]
+    fn v2_truncated_and_corrupt() {
+        let d = v2(&[fmt::version_record(0x1000, &[1, 2, 3]), fmt::switch_record(1, 0, 0).to_vec()]);
+        for cut in 1..fmt::SWITCH_LEN {
+            let (img, st) = CodeImage::parse(&d[..d.len() - cut]).unwrap();
+            assert!(st.truncated, "cut {cut}");
+            assert_eq!(img.n_versions(), 1);
+        }
+        let (_, st) = CodeImage::parse(&d[..d.len() - fmt::SWITCH_LEN - 1]).unwrap();
+        assert!(st.truncated);
+        // A switch to a version not defined before it, an unknown kind, an empty version.
+        let bad = v2(&[fmt::switch_record(1, 0, 0).to_vec()]);
+        assert!(CodeImage::parse(&bad).unwrap_err().to_string().contains("corrupt"));
+        let mut bad = d.clone();
+        bad.push(7);
+        assert!(CodeImage::parse(&bad).unwrap_err().to_string().contains("unknown record kind 7"));
+        let bad = v2(&[fmt::version_record(0x1000, &[])]);
+        assert!(CodeImage::parse(&bad).is_err());
+        // Huge length: truncation, no allocation.
+        let mut huge = MAGIC_V2.to_vec();
+        huge.push(fmt::KIND_VERSION);
+        huge.extend_from_slice(&0x1000u64.to_le_bytes());
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(CodeImage::parse(&huge).unwrap().1.truncated);
     }
 
     #[test]

@@ -224,13 +224,13 @@ impl OutDir {
     }
 
     /// code.img: a record cut off at its end is a warning in a run that was cut short (its
-    /// bytes stopped there), and an error in a user-mode run that ended in order (then the file
-    /// was damaged since).
+    /// bytes stopped there), and in a PTCODE1 file (as it always was); in a versioned one of a
+    /// run that ended in order it is an error (the file was damaged since).
     pub fn load_code(&self) -> Result<(CodeImage, LoadStats)> {
         let (code, stats) = CodeImage::load(&self.code_path())?;
-        if stats.truncated && !self.cut_short() && self.meta.get("mode") == Some("user") && self.meta.get("end").is_some() {
+        if stats.truncated && stats.versioned && !self.cut_short() && self.meta.get("end").is_some() {
             return Err(ToolError::input(format!(
-                "{}: truncated ({}), but meta.txt says the run ended in order (end={}): the file was damaged",
+                "{}: truncated ({}); meta.txt says the run ended in order (end={}): the file was damaged",
                 self.code_path().display(),
                 stats.warnings.last().map(String::as_str).unwrap_or("a record is cut off"),
                 self.meta.get("end").unwrap_or("")
