@@ -366,22 +366,35 @@ impl CodeImage {
 pub struct ThreadView {
     code: std::rc::Rc<CodeImage>,
     thread: u32,
-    /// Switches of the thread already applied.
+    /// The thread's switches, and how many are applied.
+    switches: Vec<(u64, u32)>,
     next: usize,
+    /// The count of the next switch (u64::MAX: none): `advance` is one comparison per
+    /// instruction until then.
+    next_count: u64,
     overlay: HashMap<u64, Box<Page>>,
     hint: usize,
 }
 
 impl ThreadView {
     pub fn new(code: std::rc::Rc<CodeImage>, thread: u32) -> Self {
-        ThreadView { code, thread, next: 0, overlay: HashMap::new(), hint: 0 }
+        let switches = code.switches.get(&thread).cloned().unwrap_or_default();
+        let next_count = switches.first().map_or(u64::MAX, |s| s.0);
+        ThreadView { code, thread, switches, next: 0, next_count, overlay: HashMap::new(), hint: 0 }
     }
 
     /// The decoder is at the thread's instruction `count`: apply every switch up to it.
     #[inline]
     pub fn advance(&mut self, count: u64) {
-        let Some(sw) = self.code.switches.get(&self.thread) else { return };
-        while let Some(&(c, v)) = sw.get(self.next) {
+        if count < self.next_count {
+            return;
+        }
+        self.apply(count);
+    }
+
+    #[inline(never)]
+    fn apply(&mut self, count: u64) {
+        while let Some(&(c, v)) = self.switches.get(self.next) {
             if c > count {
                 break;
             }
@@ -395,6 +408,7 @@ impl ThreadView {
                 page.valid[j / 64] |= 1 << (j % 64);
             }
         }
+        self.next_count = self.switches.get(self.next).map_or(u64::MAX, |s| s.0);
     }
 
     /// The count at which the thread's `ordinal`-th overflow (1-based) resumes, if recorded.
