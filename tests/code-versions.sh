@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Code that changes at run time (issue 19): code.img's versions.
 #
-# - smc (one RWX address, three functions in turn, 20 rounds) and smc_threads (one thread writes
-#   code another runs): `pttrace compare` = ground truth exactly, PT and RTIT (tests/run-corpus.sh
-#   checks them too, as corpus programs); code.img holds a few versions of the rewritten code,
-#   however many rounds ran.
+# - smc (one RWX address, three functions in turn, 20 rounds), smc_threads (one thread writes
+#   code another runs) and smc_inplace (a block that rewrites its own next instruction):
+#   `pttrace compare` = ground truth exactly, PT and RTIT (tests/run-corpus.sh checks them too,
+#   as corpus programs); code.img holds a few versions of the rewritten code, however many
+#   rounds ran.
 # - smc with an internal buffer that overflows: 0 decode errors, and the decoded flow is an
 #   ordered subsequence of the ground truth (the OVF records give the count where decoding
 #   resumes).
@@ -79,7 +80,7 @@ EOF
 }
 
 # 1. smc, smc_threads: exact, PT and RTIT.
-for p in smc smc_threads; do
+for p in smc smc_threads smc_inplace; do
   for t in pt rtit; do
     dir=$out/$p-$t
     opts=""; [ $t = rtit ] && opts=trace=rtit

@@ -152,7 +152,7 @@ for p in ${CORPUS:-$(cd "$bin" && ls)}; do
   case $p in
     # Code rewritten at run time: perf.data has one version per address, so `pttrace perf`
     # refuses these (tests/code-versions.sh checks that it says so).
-    smc | smc_threads) continue ;;
+    smc | smc_threads | smc_inplace) continue ;;
   esac
   trace "$out/$p" "$bin/$p" && check "$out/$p" "$p" exact "$(own_functions "$p")"
 done

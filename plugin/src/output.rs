@@ -321,6 +321,28 @@ impl CodeImage {
         conflict
     }
 
+    /// How many instructions of version `version` of the block at `pc` start at or after `at`;
+    /// None if no instruction of it starts at `at`.
+    pub fn insns_from(&self, pc: u64, version: u32, at: u64) -> Option<u64> {
+        let st = self.state.lock();
+        let bytes = &st.versions.get(&pc)?.iter().find(|v| v.1 == version)?.0;
+        let (mut ip, end) = (pc, pc + bytes.len() as u64);
+        while ip < at {
+            let c = pttrace_core::insn_class::classify(&bytes[(ip - pc) as usize..], ip, 64)?;
+            ip += u64::from(c.len.max(1));
+        }
+        if ip != at {
+            return None;
+        }
+        let mut n = 0;
+        while ip < end {
+            let c = pttrace_core::insn_class::classify(&bytes[(ip - pc) as usize..], ip, 64)?;
+            ip += u64::from(c.len.max(1));
+            n += 1;
+        }
+        Some(n)
+    }
+
     /// Code was rewritten at some point: threads must record the versions they run.
     #[inline(always)]
     pub fn rewritten(&self) -> bool {

@@ -101,6 +101,8 @@ struct CodeTrack {
     overflows: u64,
     resume_seq: u64,
     resume_count: Option<u64>,
+    /// The previous block (a block that rewrote itself stops early, `cut_short`).
+    prev: Option<&'static BlockInfo>,
 }
 
 impl CodeTrack {
@@ -112,6 +114,7 @@ impl CodeTrack {
             overflows: 0,
             resume_seq: 0,
             resume_count: Some(0),
+            prev: None,
         }
     }
 }
@@ -328,7 +331,7 @@ impl Shared {
                     for info in blocks {
                         icount += info.n_insns;
                         t.set_tsc(icount);
-                        let before = self.code_point(thread, &mut v.code, info, versions);
+                        let before = self.code_point(thread, &mut v.code, &mut v.flow, info, versions);
                         let pre = ovf.then(|| (t.resume_point(), v.code.resume_count, t.overflows().0));
                         v.flow.block(t, info.pc, &info.end, &mut no_signal);
                         if let Some(pre) = pre {
@@ -341,7 +344,7 @@ impl Shared {
                     for info in blocks {
                         icount += info.n_insns;
                         r.tracer.set_tsc(icount);
-                        self.code_point(thread, &mut v.code, info, versions);
+                        self.code_point(thread, &mut v.code, &mut v.flow, info, versions);
                         v.flow.block(r, info.pc, &info.end, &mut no_signal);
                         for &ip in info.edges.iter() {
                             r.tracer.linear(ip);
@@ -358,7 +361,13 @@ impl Shared {
     /// code has been rewritten (`versions`), write a SWITCH record if the thread's decoder view
     /// of the block's bytes is not this version. Returns the count before the block.
     #[inline(always)]
-    fn code_point(&self, thread: u32, c: &mut CodeTrack, info: &BlockInfo, versions: bool) -> u64 {
+    fn code_point(&self, thread: u32, c: &mut CodeTrack, flow: &mut UserFlow, info: &'static BlockInfo, versions: bool) -> u64 {
+        if let Some(prev) = c.prev {
+            if info.pc >= prev.pc && info.pc - prev.pc < u64::from(prev.len) {
+                self.cut_short(c, flow, prev, info);
+            }
+        }
+        c.prev = Some(info);
         let before = c.count;
         c.count += info.n_insns - u64::from(info.pc == c.prev_rep_ip && info.n_insns > 0);
         c.prev_rep_ip = info.rep_ip;
@@ -366,6 +375,23 @@ impl Shared {
             self.switch_version(thread, c, info, before);
         }
         before
+    }
+
+    /// The block starts inside the previous one (or where it starts). If the previous block's
+    /// last instruction cannot lead there, QEMU stopped that block early: an instruction wrote
+    /// to the block's own page, QEMU invalidated the block and restarts that instruction as a
+    /// block of its own (then translates the rest anew). The previous block's instructions
+    /// from here on did not retire.
+    #[cold]
+    #[inline(never)]
+    fn cut_short(&self, c: &mut CodeTrack, flow: &mut UserFlow, prev: &BlockInfo, info: &BlockInfo) {
+        if !prev.end.excludes(info.pc) {
+            return;
+        }
+        if let Some(n) = self.code.insns_from(prev.pc, prev.version, info.pc) {
+            c.count -= n.min(c.count);
+            flow.cut_short();
+        }
     }
 
     #[cold]
@@ -449,7 +475,7 @@ impl Shared {
         match &mut v.tracer {
             ThreadTracer::Pt(t) => {
                 t.set_tsc(v.icount);
-                let before = self.code_point(thread, &mut v.code, info, versions);
+                let before = self.code_point(thread, &mut v.code, &mut v.flow, info, versions);
                 let pre = self.opts.buffer.is_some().then(|| (t.resume_point(), v.code.resume_count, t.overflows().0));
                 v.flow.block(t, info.pc, &info.end, probe);
                 if let Some(pre) = pre {
@@ -459,7 +485,7 @@ impl Shared {
             }
             ThreadTracer::Rtit(r) => {
                 r.tracer.set_tsc(v.icount);
-                self.code_point(thread, &mut v.code, info, versions);
+                self.code_point(thread, &mut v.code, &mut v.flow, info, versions);
                 v.flow.block(r, info.pc, &info.end, probe);
                 for &ip in info.edges.iter() {
                     r.tracer.linear(ip);
@@ -498,19 +524,22 @@ impl Shared {
         guest::read_u64(sp + SIGFRAME_RIP_OFFSET)
     }
 
-    fn on_truth(&'static self, vcpu: VCPUIndex, ip: u64, rep_string: bool) {
+    fn on_truth(&'static self, vcpu: VCPUIndex, ip: u64, reentry: bool) {
         if forked_child() {
             return;
         }
         if let Some(slot) = self.vcpus.get(vcpu as usize) {
-            self.on_truth_locked(&mut slot.state.lock(), ip, rep_string);
+            self.on_truth_locked(&mut slot.state.lock(), ip, reentry);
         }
     }
 
-    fn on_truth_locked(&self, slot: &mut Option<VcpuTrace>, ip: u64, rep_string: bool) {
+    /// `reentry`: the instruction cannot follow itself, so a second callback at once is QEMU
+    /// re-entering it (a REP string instruction's next iterations; an instruction restarted
+    /// because it wrote to its own block), not a second retirement.
+    fn on_truth_locked(&self, slot: &mut Option<VcpuTrace>, ip: u64, reentry: bool) {
         let Some(v) = slot.as_mut() else { return };
         // A REP string instruction re-entered for its next iterations retires only once.
-        if rep_string && v.last_truth_ip == ip {
+        if reentry && v.last_truth_ip == ip {
             return;
         }
         v.last_truth_ip = ip;
@@ -774,7 +803,14 @@ impl Shared {
         if self.opts.truth {
             for (i, insn) in tb.instructions().enumerate() {
                 let ip = insns[i].0;
-                let rep = classify(&insns[i].1, ip, 64).is_some_and(|c| c.rep_string);
+                let rep = classify(&insns[i].1, ip, 64).is_some_and(|c| {
+                    c.rep_string
+                        || match c.kind {
+                            BranchKind::None => true,
+                            BranchKind::Conditional { target } | BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => target != ip,
+                            _ => false,
+                        }
+                });
                 insn.register_execute_callback(move |vcpu| {
                     if let Some(sh) = SHARED.get() {
                         guarded("truth callback", || sh.on_truth(vcpu, ip, rep));
