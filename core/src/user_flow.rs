@@ -266,6 +266,9 @@ pub struct FlowStats {
     pub signals: u64,
     /// Transitions that neither the last instruction nor a signal frame explained.
     pub unexplained: u64,
+    /// Blocks that re-entered the REP string instruction the previous block ended with: one
+    /// instruction retired for both (code versions count instructions, issue 19).
+    pub rep_reentries: u64,
 }
 
 /// Per-thread sequencer in front of a [`UserTracer`].
@@ -296,6 +299,12 @@ impl<F: FnMut(u64) -> Option<u64>> SignalProbe for F {
 impl UserFlow {
     pub fn stats(&self) -> FlowStats {
         self.stats
+    }
+
+    /// `FlowStats::rep_reentries` so far.
+    #[inline]
+    pub fn rep_reentries(&self) -> u64 {
+        self.stats.rep_reentries
     }
 
     /// Start tracing a thread: TraceEn is set while the thread is still in the kernel (as perf
@@ -335,6 +344,7 @@ impl UserFlow {
             return;
         }
         if prev.last.rep_string && pc == last.ip {
+            self.stats.rep_reentries += 1;
             return; // the same REP string instruction continues
         }
         let explained = prev.explains(pc);

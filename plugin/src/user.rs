@@ -82,17 +82,15 @@ struct BlockInfo {
     /// The code.img version of the block's bytes, and their length.
     version: u32,
     len: u32,
-    /// The last instruction's address if it is a REP string instruction (QEMU re-enters it as
-    /// a block of its own, which a decoder sees as the same instruction), else u64::MAX.
-    rep_ip: u64,
 }
 
 /// A thread's position in the terms of code.img's versions (issue 19, `Shared::code_point`).
+/// Its instruction count is the retired-instruction clock (`VcpuTrace::icount`, whole blocks)
+/// less the REP re-entries the flow saw and the instructions of blocks that stopped early
+/// (`adjust`): nothing is added per block while no code was rewritten.
 struct CodeTrack {
-    /// Instructions a decoder sees before the next block (REP re-entries not counted).
-    count: u64,
-    /// `BlockInfo::rep_ip` of the previous block.
-    prev_rep_ip: u64,
+    /// Instructions of blocks cut short that did not retire (`Shared::cut_short`).
+    adjust: u64,
     /// Block address -> (version, end) of the SWITCH records this thread wrote and whose bytes
     /// no later SWITCH of the thread overwrote.
     current: std::collections::BTreeMap<u64, (u32, u64)>,
@@ -108,8 +106,7 @@ struct CodeTrack {
 impl CodeTrack {
     fn new() -> Self {
         CodeTrack {
-            count: 0,
-            prev_rep_ip: u64::MAX,
+            adjust: 0,
             current: std::collections::BTreeMap::new(),
             overflows: 0,
             resume_seq: 0,
@@ -323,15 +320,17 @@ impl Shared {
             let mut no_signal = |_: u64| None;
             let mut icount = v.icount;
             // Loaded once per batch: a block recorded in the ring ran after its translation.
+            // Code versions (issue 19) need work per block only once code was rewritten, and OVF
+            // anchors only with an internal buffer; otherwise the loops below are the plain ones.
             let versions = self.code.rewritten();
             let ovf = self.opts.buffer.is_some();
             let thread = v.thread;
             match &mut v.tracer {
-                ThreadTracer::Pt(t) => {
+                ThreadTracer::Pt(t) if versions || ovf => {
                     for info in blocks {
+                        let before = self.code_point(thread, &mut v.code, &mut v.flow, info, icount, versions);
                         icount += info.n_insns;
                         t.set_tsc(icount);
-                        let before = self.code_point(thread, &mut v.code, &mut v.flow, info, versions);
                         let pre = ovf.then(|| (t.resume_point(), v.code.resume_count, t.overflows().0));
                         v.flow.block(t, info.pc, &info.end, &mut no_signal);
                         if let Some(pre) = pre {
@@ -340,11 +339,29 @@ impl Shared {
                         self.pt_credit(t, &mut v.credit, info);
                     }
                 }
+                ThreadTracer::Pt(t) => {
+                    for info in blocks {
+                        icount += info.n_insns;
+                        t.set_tsc(icount);
+                        v.flow.block(t, info.pc, &info.end, &mut no_signal);
+                        self.pt_credit(t, &mut v.credit, info);
+                    }
+                }
+                ThreadTracer::Rtit(r) if versions => {
+                    for info in blocks {
+                        self.code_point(thread, &mut v.code, &mut v.flow, info, icount, versions);
+                        icount += info.n_insns;
+                        r.tracer.set_tsc(icount);
+                        v.flow.block(r, info.pc, &info.end, &mut no_signal);
+                        for &ip in info.edges.iter() {
+                            r.tracer.linear(ip);
+                        }
+                    }
+                }
                 ThreadTracer::Rtit(r) => {
                     for info in blocks {
                         icount += info.n_insns;
                         r.tracer.set_tsc(icount);
-                        self.code_point(thread, &mut v.code, &mut v.flow, info, versions);
                         v.flow.block(r, info.pc, &info.end, &mut no_signal);
                         for &ip in info.edges.iter() {
                             r.tracer.linear(ip);
@@ -352,25 +369,27 @@ impl Shared {
                     }
                 }
             }
+            // SAFETY: as above; the last entry is the block that ran last.
+            v.code.prev = pending.last().and_then(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
             v.icount = icount;
             self.hand_off(v);
         });
     }
 
-    /// A block of `thread` is about to run through the model: count its instructions and, once
-    /// code has been rewritten (`versions`), write a SWITCH record if the thread's decoder view
-    /// of the block's bytes is not this version. Returns the count before the block.
+    /// A block of `thread` is about to run through the model (`icount`: the thread's clock
+    /// before it; called once code was rewritten, with an internal buffer, and for blocks at a
+    /// signal handler): note a previous block that stopped early, and once code has been
+    /// rewritten (`versions`), write a SWITCH record if the thread's decoder view of the
+    /// block's bytes is not this version. Returns the thread's instruction count before it.
     #[inline(always)]
-    fn code_point(&self, thread: u32, c: &mut CodeTrack, flow: &mut UserFlow, info: &'static BlockInfo, versions: bool) -> u64 {
+    fn code_point(&self, thread: u32, c: &mut CodeTrack, flow: &mut UserFlow, info: &'static BlockInfo, icount: u64, versions: bool) -> u64 {
         if let Some(prev) = c.prev {
-            if info.pc >= prev.pc && info.pc - prev.pc < u64::from(prev.len) {
+            if versions && info.pc >= prev.pc && info.pc - prev.pc < u64::from(prev.len) {
                 self.cut_short(c, flow, prev, info);
             }
         }
         c.prev = Some(info);
-        let before = c.count;
-        c.count += info.n_insns - u64::from(info.pc == c.prev_rep_ip && info.n_insns > 0);
-        c.prev_rep_ip = info.rep_ip;
+        let before = icount - flow.rep_reentries() - c.adjust;
         if versions && c.current.get(&info.pc).is_none_or(|e| e.0 != info.version) {
             self.switch_version(thread, c, info, before);
         }
@@ -389,7 +408,7 @@ impl Shared {
             return;
         }
         if let Some(n) = self.code.insns_from(prev.pc, prev.version, info.pc) {
-            c.count -= n.min(c.count);
+            c.adjust += n;
             flow.cut_short();
         }
     }
@@ -469,13 +488,13 @@ impl Shared {
 
     /// One executed block through the sequencer and the trace model.
     fn run_block(&self, v: &mut VcpuTrace, info: &'static BlockInfo, probe: &mut impl FnMut(u64) -> Option<u64>) {
-        v.icount += info.n_insns;
         let versions = self.code.rewritten();
         let thread = v.thread;
+        let before = self.code_point(thread, &mut v.code, &mut v.flow, info, v.icount, versions);
+        v.icount += info.n_insns;
         match &mut v.tracer {
             ThreadTracer::Pt(t) => {
                 t.set_tsc(v.icount);
-                let before = self.code_point(thread, &mut v.code, &mut v.flow, info, versions);
                 let pre = self.opts.buffer.is_some().then(|| (t.resume_point(), v.code.resume_count, t.overflows().0));
                 v.flow.block(t, info.pc, &info.end, probe);
                 if let Some(pre) = pre {
@@ -485,7 +504,6 @@ impl Shared {
             }
             ThreadTracer::Rtit(r) => {
                 r.tracer.set_tsc(v.icount);
-                self.code_point(thread, &mut v.code, &mut v.flow, info, versions);
                 v.flow.block(r, info.pc, &info.end, probe);
                 for &ip in info.edges.iter() {
                     r.tracer.linear(ip);
@@ -787,7 +805,6 @@ impl Shared {
             edges,
             version,
             len,
-            rep_ip: if last.rep_string { last.ip } else { u64::MAX },
         }));
         // A plain C function with the block's record as user data: no boxed closure to call
         // through per block. R_REGS: the signal probe reads RSP.
