@@ -34,6 +34,7 @@ test-corpus: all qemu
 	@bash tests/run-guest.sh
 	@bash tests/signals.sh
 	@bash tests/perf-data.sh
+	@bash tests/code-versions.sh
 
 test: test-unit test-corpus test-linux
 

@@ -17,3 +17,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
+# Optional: LuaJIT, the JIT compiler tests/code-versions.sh traces (issue 19); the test says so
+# and skips that check if the package cannot be installed.
+if ! dpkg-query -W -f='${Status}' luajit 2>/dev/null | grep -q "install ok installed"; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  if apt-cache show luajit >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends luajit >/dev/null 2>&1 ||
+      echo "install-deps: optional package luajit could not be installed" >&2
+  fi
+fi

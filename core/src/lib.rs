@@ -1,6 +1,8 @@
 //! pttrace-core: a pure model of Intel's branch-trace hardware (no QEMU dependency).
 #[macro_use]
 mod macros;
+/// The versioned code sideband code.img (issue 19).
+pub mod code_img;
 pub mod guest_mem;
 pub mod idt;
 pub mod phys_map;

@@ -219,6 +219,15 @@ impl BlockEnd {
         }
     }
 
+    /// No successor of the last instruction can be `next`: it has only fixed successors
+    /// (straight-line code, conditional and direct branches) and `next` is none of them.
+    pub fn excludes(&self, next: u64) -> bool {
+        matches!(
+            self.last.kind,
+            BranchKind::None | BranchKind::AlwaysFaults | BranchKind::Conditional { .. } | BranchKind::DirectJump { .. } | BranchKind::DirectCall { .. }
+        ) && !self.explains(next)
+    }
+
     /// Could the block have been left through a signal even though `next` is explained?
     /// Only indirect transfers can land on a handler address by themselves.
     fn ambiguous(&self) -> bool {
@@ -244,6 +253,9 @@ enum Position {
     /// are translation-time records that live as long as the process (the plugin keeps one per
     /// translation), so the sequencer holds a reference, not a copy.
     After(&'static BlockEnd),
+    /// The previous block stopped before its end (QEMU ends a block that rewrote its own code
+    /// after the writing instruction): the next block continues it in sequence.
+    Inside,
 }
 
 /// Counters of how transitions were explained.
@@ -254,6 +266,9 @@ pub struct FlowStats {
     pub signals: u64,
     /// Transitions that neither the last instruction nor a signal frame explained.
     pub unexplained: u64,
+    /// Blocks that re-entered the REP string instruction the previous block ended with: one
+    /// instruction retired for both (code versions count instructions, issue 19).
+    pub rep_reentries: u64,
 }
 
 /// Per-thread sequencer in front of a [`UserTracer`].
@@ -286,6 +301,12 @@ impl UserFlow {
         self.stats
     }
 
+    /// `FlowStats::rep_reentries` so far.
+    #[inline]
+    pub fn rep_reentries(&self) -> u64 {
+        self.stats.rep_reentries
+    }
+
     /// Start tracing a thread: TraceEn is set while the thread is still in the kernel (as perf
     /// does at exec/clone), so the stream starts with PSB+ and the first user instruction gets a
     /// TIP.PGE.
@@ -309,6 +330,7 @@ impl UserFlow {
         match self.pos {
             Position::Kernel => tracer.far_transfer(KERNEL_EXIT, KERNEL_EXIT_NLIP, FarKind::Sysret, pc, Context::USER64),
             Position::After(prev) => self.resolve(tracer, prev, pc, probe),
+            Position::Inside => {}
         }
         self.pos = Position::After(end);
     }
@@ -322,6 +344,7 @@ impl UserFlow {
             return;
         }
         if prev.last.rep_string && pc == last.ip {
+            self.stats.rep_reentries += 1;
             return; // the same REP string instruction continues
         }
         let explained = prev.explains(pc);
@@ -354,6 +377,14 @@ impl UserFlow {
             BranchKind::SoftwareInterrupt => tracer.software_interrupt(ip, nlip, KERNEL_ENTRY, Context::KERNEL64),
             BranchKind::Far(kind) => tracer.far_transfer(ip, nlip, kind, KERNEL_ENTRY, Context::KERNEL64),
             _ => {}
+        }
+    }
+
+    /// The last block stopped early, before the instruction at which the next block starts
+    /// (the caller knows from the block's instructions): no instruction after that retired.
+    pub fn cut_short(&mut self) {
+        if let Position::After(_) = self.pos {
+            self.pos = Position::Inside;
         }
     }
 
@@ -405,6 +436,25 @@ mod tests {
         // QEMU re-enters `rep movsb` at its own address for the next chunk of iterations.
         f.block(&mut t, 0x401010, rep, &mut no_signal);
         f.block(&mut t, 0x401012, end(0x401012, 1, BranchKind::Return, false), &mut no_signal);
+        assert_eq!(f.stats().unexplained, 0);
+        assert!(t.take_packet_log().is_empty());
+    }
+
+    #[test]
+    fn block_cut_short_by_its_own_store_continues_without_packets() {
+        let mut t = user_tracer();
+        let mut f = UserFlow::default();
+        f.start(&mut t);
+        // A block whose first instruction writes to its own code: QEMU stops it there and
+        // restarts that instruction as a block of its own, then the rest as a new block.
+        let cond = end(0x40100e, 2, BranchKind::Conditional { target: 0x401012 }, false);
+        assert!(cond.excludes(0x401000) && cond.excludes(0x401007));
+        assert!(!cond.excludes(0x401012) && !end(0x401010, 1, BranchKind::Return, false).excludes(0x401000));
+        f.block(&mut t, 0x401000, cond, &mut no_signal);
+        t.take_packet_log();
+        f.cut_short();
+        f.block(&mut t, 0x401000, end(0x401000, 7, BranchKind::None, false), &mut no_signal);
+        f.block(&mut t, 0x401007, end(0x40100e, 2, BranchKind::Conditional { target: 0x401012 }, false), &mut no_signal);
         assert_eq!(f.stats().unexplained, 0);
         assert!(t.take_packet_log().is_empty());
     }

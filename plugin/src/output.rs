@@ -239,14 +239,35 @@ pub fn replace_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// The code sideband (code.img): the bytes of every translated block, each block address written
-/// again only when its bytes change.
+/// The code sideband (code.img, format in `pttrace_core::code_img`): one VERSION record per
+/// distinct (address, bytes) pair translated, and, once code has been rewritten, per thread the
+/// instruction count from which it runs each version (SWITCH records, `Shared::code_point`).
 #[derive(Default)]
 pub struct CodeImage {
+    state: parking_lot::Mutex<CodeState>,
+    /// A version's bytes differ from bytes recorded earlier: from now on threads record SWITCH
+    /// records (until then the decoder's base image, every byte as first recorded, is exact).
+    rewritten: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Default)]
+struct CodeState {
+    /// Block address -> its versions (bytes, version id).
+    versions: HashMap<u64, Vec<(Vec<u8>, u32)>>,
+    next_id: u32,
+    /// The latest recorded bytes, 4 KiB pages (data, valid bits): finds rewrites that start at
+    /// another address than the code they overwrite.
+    pages: HashMap<u64, Box<([u8; 4096], [u64; 64])>>,
+}
+
+/// The code sideband of full-system mode (PTCODE1: later records win; no versions), the block
+/// address written again only when its bytes change.
+#[derive(Default)]
+pub struct CodeImageV1 {
     seen: parking_lot::Mutex<HashMap<u64, Vec<u8>>>,
 }
 
-impl CodeImage {
+impl CodeImageV1 {
     /// Append the block's record `{pc u64, len u32, bytes}` unless identical bytes were written.
     pub fn record(&self, out: &Output, pc: u64, code: Vec<u8>) {
         let mut seen = self.seen.lock();
@@ -259,5 +280,72 @@ impl CodeImage {
         rec.extend_from_slice(&code);
         out.send(FileKey::Code, rec);
         seen.insert(pc, code);
+    }
+}
+
+impl CodeImage {
+    /// The version id of the block's bytes at `pc`; a new version is written to code.img.
+    pub fn record(&self, out: &Output, pc: u64, code: Vec<u8>) -> u32 {
+        let mut st = self.state.lock();
+        if let Some(id) = st.versions.get(&pc).and_then(|vs| vs.iter().find(|v| v.0 == code)).map(|v| v.1) {
+            // Seen before; it may come back after another version (A, B, A).
+            if self.paint(&mut st, pc, &code) {
+                self.rewritten.store(true, std::sync::atomic::Ordering::Release);
+            }
+            return id;
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        if self.paint(&mut st, pc, &code) {
+            self.rewritten.store(true, std::sync::atomic::Ordering::Release);
+        }
+        out.send(FileKey::Code, pttrace_core::code_img::version_record(pc, &code));
+        st.versions.entry(pc).or_default().push((code, id));
+        id
+    }
+
+    /// Paint `code` at `pc` onto the latest bytes; true if a byte recorded before differs.
+    fn paint(&self, st: &mut CodeState, pc: u64, code: &[u8]) -> bool {
+        let mut conflict = false;
+        for (i, &b) in code.iter().enumerate() {
+            let a = pc.wrapping_add(i as u64);
+            let page = st.pages.entry(a >> 12).or_insert_with(|| Box::new(([0; 4096], [0; 64])));
+            let j = (a & 0xfff) as usize;
+            if page.1[j / 64] >> (j % 64) & 1 != 0 {
+                conflict |= page.0[j] != b;
+            } else {
+                page.1[j / 64] |= 1 << (j % 64);
+            }
+            page.0[j] = b;
+        }
+        conflict
+    }
+
+    /// How many instructions of version `version` of the block at `pc` start at or after `at`;
+    /// None if no instruction of it starts at `at`.
+    pub fn insns_from(&self, pc: u64, version: u32, at: u64) -> Option<u64> {
+        let st = self.state.lock();
+        let bytes = &st.versions.get(&pc)?.iter().find(|v| v.1 == version)?.0;
+        let (mut ip, end) = (pc, pc + bytes.len() as u64);
+        while ip < at {
+            let c = pttrace_core::insn_class::classify(&bytes[(ip - pc) as usize..], ip, 64)?;
+            ip += u64::from(c.len.max(1));
+        }
+        if ip != at {
+            return None;
+        }
+        let mut n = 0;
+        while ip < end {
+            let c = pttrace_core::insn_class::classify(&bytes[(ip - pc) as usize..], ip, 64)?;
+            ip += u64::from(c.len.max(1));
+            n += 1;
+        }
+        Some(n)
+    }
+
+    /// Code was rewritten at some point: threads must record the versions they run.
+    #[inline(always)]
+    pub fn rewritten(&self) -> bool {
+        self.rewritten.load(std::sync::atomic::Ordering::Acquire)
     }
 }

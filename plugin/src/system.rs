@@ -390,7 +390,7 @@ pub struct Shared {
     fixed_scoreboards: bool,
     out: Option<Output>,
     vcpus: Box<[VcpuCell<Option<Vcpu>>]>,
-    code: crate::output::CodeImage,
+    code: crate::output::CodeImageV1,
 }
 
 pub static SHARED: OnceLock<Shared> = OnceLock::new();
@@ -1881,7 +1881,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
         opts,
         out,
         vcpus: (0..MAX_VCPUS).map(|_| VcpuCell::new(None)).collect(),
-        code: crate::output::CodeImage::default(),
+        code: crate::output::CodeImageV1::default(),
         last_started: PerVcpuU64::new(),
         // QEMU allocates scoreboards for 16 vCPUs and moves them only when a vCPU with a higher
         // index appears (plugins/core.c, plugin_grow_scoreboards__locked).

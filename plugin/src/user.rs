@@ -79,7 +79,46 @@ struct BlockInfo {
     /// RTIT range bases/limits at instructions after the block's first (reached sequentially
     /// inside the block: `RtitTracer::linear`); empty without RTIT ranges.
     edges: Box<[u64]>,
+    /// The code.img version of the block's bytes, and their length.
+    version: u32,
+    len: u32,
 }
+
+/// A thread's position in the terms of code.img's versions (issue 19, `Shared::code_point`).
+/// Its instruction count is the retired-instruction clock (`VcpuTrace::icount`, whole blocks)
+/// less the REP re-entries the flow saw and the instructions of blocks that stopped early
+/// (`adjust`): nothing is added per block while no code was rewritten.
+struct CodeTrack {
+    /// Instructions of blocks cut short that did not retire (`Shared::cut_short`).
+    adjust: u64,
+    /// Block address -> (version, end) of the SWITCH records this thread wrote and whose bytes
+    /// no later SWITCH of the thread overwrote.
+    current: std::collections::BTreeMap<u64, (u32, u64)>,
+    /// OVF anchors (buffer= only): OVF packets seen, the tracer's resume point last seen, and
+    /// the count at the instruction it names (None: not a block start).
+    overflows: u64,
+    resume_seq: u64,
+    resume_count: Option<u64>,
+    /// The previous block (a block that rewrote itself stops early, `cut_short`).
+    prev: Option<&'static BlockInfo>,
+}
+
+impl CodeTrack {
+    fn new() -> Self {
+        CodeTrack {
+            adjust: 0,
+            current: std::collections::BTreeMap::new(),
+            overflows: 0,
+            resume_seq: 0,
+            resume_count: Some(0),
+            prev: None,
+        }
+    }
+}
+
+/// The longest block QEMU translates spans two pages: SWITCH records overlapping a new one
+/// start at most this far below it.
+const MAX_BLOCK_BYTES: u64 = 8192;
 
 /// The trace hardware of one thread.
 enum ThreadTracer {
@@ -101,6 +140,7 @@ struct VcpuTrace {
     last_truth_ip: u64,
     /// Flush epoch at the last hand-off (`fatal_signal::FLUSH_INTERVAL`).
     epoch: u32,
+    code: CodeTrack,
 }
 
 struct SignalAction {
@@ -279,13 +319,43 @@ impl Shared {
             let blocks = pending.iter().filter_map(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
             let mut no_signal = |_: u64| None;
             let mut icount = v.icount;
+            // Loaded once per batch: a block recorded in the ring ran after its translation.
+            // Code versions (issue 19) need work per block only once code was rewritten, and OVF
+            // anchors only with an internal buffer; otherwise the loops below are the plain ones.
+            let versions = self.code.rewritten();
+            let ovf = self.opts.buffer.is_some();
+            let thread = v.thread;
             match &mut v.tracer {
+                ThreadTracer::Pt(t) if versions || ovf => {
+                    for info in blocks {
+                        let before = self.code_point(thread, &mut v.code, &mut v.flow, info, icount, versions);
+                        icount += info.n_insns;
+                        t.set_tsc(icount);
+                        let pre = ovf.then(|| (t.resume_point(), v.code.resume_count, t.overflows().0));
+                        v.flow.block(t, info.pc, &info.end, &mut no_signal);
+                        if let Some(pre) = pre {
+                            self.ovf_anchor(thread, &mut v.code, t, info, before, pre);
+                        }
+                        self.pt_credit(t, &mut v.credit, info);
+                    }
+                }
                 ThreadTracer::Pt(t) => {
                     for info in blocks {
                         icount += info.n_insns;
                         t.set_tsc(icount);
                         v.flow.block(t, info.pc, &info.end, &mut no_signal);
                         self.pt_credit(t, &mut v.credit, info);
+                    }
+                }
+                ThreadTracer::Rtit(r) if versions => {
+                    for info in blocks {
+                        self.code_point(thread, &mut v.code, &mut v.flow, info, icount, versions);
+                        icount += info.n_insns;
+                        r.tracer.set_tsc(icount);
+                        v.flow.block(r, info.pc, &info.end, &mut no_signal);
+                        for &ip in info.edges.iter() {
+                            r.tracer.linear(ip);
+                        }
                     }
                 }
                 ThreadTracer::Rtit(r) => {
@@ -299,9 +369,93 @@ impl Shared {
                     }
                 }
             }
+            // SAFETY: as above; the last entry is the block that ran last.
+            v.code.prev = pending.last().and_then(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
             v.icount = icount;
             self.hand_off(v);
         });
+    }
+
+    /// A block of `thread` is about to run through the model (`icount`: the thread's clock
+    /// before it; called once code was rewritten, with an internal buffer, and for blocks at a
+    /// signal handler): note a previous block that stopped early, and once code has been
+    /// rewritten (`versions`), write a SWITCH record if the thread's decoder view of the
+    /// block's bytes is not this version. Returns the thread's instruction count before it.
+    #[inline(always)]
+    fn code_point(&self, thread: u32, c: &mut CodeTrack, flow: &mut UserFlow, info: &'static BlockInfo, icount: u64, versions: bool) -> u64 {
+        if let Some(prev) = c.prev {
+            if versions && info.pc >= prev.pc && info.pc - prev.pc < u64::from(prev.len) {
+                self.cut_short(c, flow, prev, info);
+            }
+        }
+        c.prev = Some(info);
+        let before = icount - flow.rep_reentries() - c.adjust;
+        if versions && c.current.get(&info.pc).is_none_or(|e| e.0 != info.version) {
+            self.switch_version(thread, c, info, before);
+        }
+        before
+    }
+
+    /// The block starts inside the previous one (or where it starts). If the previous block's
+    /// last instruction cannot lead there, QEMU stopped that block early: an instruction wrote
+    /// to the block's own page, QEMU invalidated the block and restarts that instruction as a
+    /// block of its own (then translates the rest anew). The previous block's instructions
+    /// from here on did not retire.
+    #[cold]
+    #[inline(never)]
+    fn cut_short(&self, c: &mut CodeTrack, flow: &mut UserFlow, prev: &BlockInfo, info: &BlockInfo) {
+        if !prev.end.excludes(info.pc) {
+            return;
+        }
+        if let Some(n) = self.code.insns_from(prev.pc, prev.version, info.pc) {
+            c.adjust += n;
+            flow.cut_short();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn switch_version(&self, thread: u32, c: &mut CodeTrack, info: &BlockInfo, before: u64) {
+        let end = info.pc.saturating_add(u64::from(info.len));
+        // The new overlay replaces the thread's view of [pc, end): entries overlapping it no
+        // longer describe what the decoder sees.
+        let stale: Vec<u64> = c
+            .current
+            .range(info.pc.saturating_sub(MAX_BLOCK_BYTES)..end)
+            .filter(|(_, e)| e.1 > info.pc)
+            .map(|(&a, _)| a)
+            .collect();
+        for a in stale {
+            c.current.remove(&a);
+        }
+        c.current.insert(info.pc, (info.version, end));
+        self.out.send(FileKey::Code, pttrace_core::code_img::switch_record(thread, before, info.version).to_vec());
+    }
+
+    /// After a block went through a tracer with an internal buffer: if an OVF was written,
+    /// record the count at which the decoder resumes (the instruction named by the FUP, or the
+    /// TIP.PGE target), and track the count at the tracer's resume point.
+    #[inline(never)]
+    fn ovf_anchor(&self, thread: u32, c: &mut CodeTrack, t: &Tracer, info: &BlockInfo, before: u64, pre: ((u64, u64), Option<u64>, u64)) {
+        let ((pre_ip, _), pre_count, pre_ovf) = pre;
+        let (n, fup) = t.overflows();
+        for k in pre_ovf + 1..=n {
+            let at = match fup {
+                _ if k != n => None,
+                Some(ip) if ip == pre_ip => pre_count,
+                Some(ip) if ip == info.pc => Some(before),
+                Some(_) => None,
+                None => Some(before),
+            };
+            let rec = pttrace_core::code_img::ovf_record(thread, k as u32, at.unwrap_or(pttrace_core::code_img::UNKNOWN_COUNT));
+            self.out.send(FileKey::Code, rec.to_vec());
+        }
+        c.overflows = n;
+        let (ip, seq) = t.resume_point();
+        if seq != c.resume_seq {
+            c.resume_seq = seq;
+            c.resume_count = (ip == info.pc).then_some(before);
+        }
     }
 
     /// Drain progress of the internal buffer (issue 7) after a block: the block's instructions
@@ -334,11 +488,18 @@ impl Shared {
 
     /// One executed block through the sequencer and the trace model.
     fn run_block(&self, v: &mut VcpuTrace, info: &'static BlockInfo, probe: &mut impl FnMut(u64) -> Option<u64>) {
+        let versions = self.code.rewritten();
+        let thread = v.thread;
+        let before = self.code_point(thread, &mut v.code, &mut v.flow, info, v.icount, versions);
         v.icount += info.n_insns;
         match &mut v.tracer {
             ThreadTracer::Pt(t) => {
                 t.set_tsc(v.icount);
+                let pre = self.opts.buffer.is_some().then(|| (t.resume_point(), v.code.resume_count, t.overflows().0));
                 v.flow.block(t, info.pc, &info.end, probe);
+                if let Some(pre) = pre {
+                    self.ovf_anchor(thread, &mut v.code, t, info, before, pre);
+                }
                 self.pt_credit(t, &mut v.credit, info);
             }
             ThreadTracer::Rtit(r) => {
@@ -381,19 +542,22 @@ impl Shared {
         guest::read_u64(sp + SIGFRAME_RIP_OFFSET)
     }
 
-    fn on_truth(&'static self, vcpu: VCPUIndex, ip: u64, rep_string: bool) {
+    fn on_truth(&'static self, vcpu: VCPUIndex, ip: u64, reentry: bool) {
         if forked_child() {
             return;
         }
         if let Some(slot) = self.vcpus.get(vcpu as usize) {
-            self.on_truth_locked(&mut slot.state.lock(), ip, rep_string);
+            self.on_truth_locked(&mut slot.state.lock(), ip, reentry);
         }
     }
 
-    fn on_truth_locked(&self, slot: &mut Option<VcpuTrace>, ip: u64, rep_string: bool) {
+    /// `reentry`: the instruction cannot follow itself, so a second callback at once is QEMU
+    /// re-entering it (a REP string instruction's next iterations; an instruction restarted
+    /// because it wrote to its own block), not a second retirement.
+    fn on_truth_locked(&self, slot: &mut Option<VcpuTrace>, ip: u64, reentry: bool) {
         let Some(v) = slot.as_mut() else { return };
         // A REP string instruction re-entered for its next iterations retires only once.
-        if rep_string && v.last_truth_ip == ip {
+        if reentry && v.last_truth_ip == ip {
             return;
         }
         v.last_truth_ip = ip;
@@ -450,6 +614,7 @@ impl Shared {
             truth: self.opts.truth.then(Vec::new),
             last_truth_ip: u64::MAX,
             epoch: fatal_signal::epoch(),
+            code: CodeTrack::new(),
         };
         let ring = &slot.ring;
         if ring.entries.load(Ordering::Relaxed).is_null() {
@@ -624,7 +789,8 @@ impl Shared {
             rep_string: false,
         });
         let pc = tb.vaddr();
-        self.record_code(pc, code);
+        let len = code.len() as u32;
+        let version = self.record_code(pc, code);
         let edges: Box<[u64]> = if self.rtit_edges.is_empty() {
             Box::default()
         } else {
@@ -637,6 +803,8 @@ impl Shared {
             n_insns: insns.len() as u64,
             end: BlockEnd::new(last),
             edges,
+            version,
+            len,
         }));
         // A plain C function with the block's record as user data: no boxed closure to call
         // through per block. R_REGS: the signal probe reads RSP.
@@ -652,7 +820,14 @@ impl Shared {
         if self.opts.truth {
             for (i, insn) in tb.instructions().enumerate() {
                 let ip = insns[i].0;
-                let rep = classify(&insns[i].1, ip, 64).is_some_and(|c| c.rep_string);
+                let rep = classify(&insns[i].1, ip, 64).is_some_and(|c| {
+                    c.rep_string
+                        || match c.kind {
+                            BranchKind::None => true,
+                            BranchKind::Conditional { target } | BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => target != ip,
+                            _ => false,
+                        }
+                });
                 insn.register_execute_callback(move |vcpu| {
                     if let Some(sh) = SHARED.get() {
                         guarded("truth callback", || sh.on_truth(vcpu, ip, rep));
@@ -662,9 +837,10 @@ impl Shared {
         }
     }
 
-    /// Append the block's bytes to code.img unless identical bytes were already written there.
-    fn record_code(&self, pc: u64, code: Vec<u8>) {
-        self.code.record(&self.out, pc, code);
+    /// Append the block's bytes to code.img unless identical bytes were already written there;
+    /// returns their version id.
+    fn record_code(&self, pc: u64, code: Vec<u8>) -> u32 {
+        self.code.record(&self.out, pc, code)
     }
 
     /// execve replaces the process without running atexit: the calling thread enters the kernel
@@ -901,7 +1077,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
     }
     let out = Output::start(&opts.out)
         .unwrap_or_else(|e| fail(&format!("cannot start writer thread: {e}")));
-    out.send(FileKey::Code, b"PTCODE1\n".to_vec());
+    out.send(FileKey::Code, pttrace_core::code_img::MAGIC_V2.to_vec());
     let rtit_edges = if opts.trace == TraceKind::Rtit { opts.rtit.edge_addresses() } else { Vec::new() };
     let drainer = crate::start_buffer(opts.buffer);
     let shared = Shared {

@@ -35,6 +35,9 @@ programs=(
   "threads:threads.c:-pthread"
   "long_psb:long_psb.c:"
   "jumptable_asm:jumptable_asm.S:asm"
+  "smc:smc.c:"
+  "smc_threads:smc_threads.c:-pthread"
+  "smc_inplace:smc_inplace.c:"
 )
 
 # Fail if FUNCTION in BINARY holds no `jmp *` through a table (a switch jump table).

@@ -1,11 +1,14 @@
 //! The code sideband `code.img` and the sparse memory image built from it.
 //!
-//! File format: magic `PTCODE1\n` (8 bytes) followed by records
-//! `{ vaddr: u64 LE, len: u32 LE, bytes[len] }`. Records may overlap; when
-//! they conflict the LATER record wins. All threads share the address space.
+//! Two formats:
+//! - `PTCODE2\n` (user mode since issue 19): versioned, see `pttrace_core::code_img`. The
+//!   *base image* holds every byte as FIRST recorded; per thread, SWITCH records overlay a
+//!   version's bytes from an instruction count on ([`ThreadView`]).
+//! - `PTCODE1\n` (full-system mode, older user-mode runs): records
+//!   `{ vaddr: u64 LE, len: u32 LE, bytes[len] }`; when records conflict the LATER one wins.
+//!   All threads share the address space.
 //!
-//! The records are "painted" in file order onto 4 KiB pages (so later
-//! records overwrite earlier ones byte by byte), then the pages are flattened
+//! The records are "painted" in file order onto 4 KiB pages, then the pages are flattened
 //! into a sorted list of disjoint, non-adjacent segments for fast lookup.
 
 use std::collections::BTreeMap;
@@ -13,7 +16,10 @@ use std::path::Path;
 
 use crate::error::{Result, ToolError};
 
-pub const MAGIC: &[u8; 8] = b"PTCODE1\n";
+pub const MAGIC: &[u8; 8] = pttrace_core::code_img::MAGIC_V1;
+pub use pttrace_core::code_img::MAGIC_V2;
+use pttrace_core::code_img as fmt;
+use std::collections::HashMap;
 const RECORD_HEADER: usize = 12;
 const PAGE_SHIFT: u32 = 12;
 const PAGE_SIZE: usize = 1 << PAGE_SHIFT;
@@ -44,12 +50,26 @@ pub struct LoadStats {
     pub conflicting_bytes: u64,
     /// Non-fatal problems (e.g. a truncated final record).
     pub warnings: Vec<String>,
+    /// The file ends inside a record (a run cut short; for PTCODE2, an error for a run that
+    /// ended in order).
+    pub truncated: bool,
+    /// A PTCODE2 (versioned) file.
+    pub versioned: bool,
 }
 
-/// Sparse memory image: sorted, disjoint, non-adjacent segments.
+/// Sparse memory image: sorted, disjoint, non-adjacent segments (the base image), and for a
+/// versioned code.img the versions and each thread's switches between them.
 #[derive(Debug, Default, Clone)]
 pub struct CodeImage {
     segments: Vec<Segment>,
+    /// VERSION records by id: (address, bytes).
+    versions: Vec<(u64, Vec<u8>)>,
+    /// Thread -> (count, version id), ordered by count (file order among equal counts).
+    switches: HashMap<u32, Vec<(u64, u32)>>,
+    /// Thread -> OVF ordinal -> the count where decoding resumes.
+    overflows: HashMap<u32, HashMap<u32, u64>>,
+    /// The address of the first record (where the program started).
+    first: Option<u64>,
 }
 
 struct Page {
@@ -70,11 +90,12 @@ impl Page {
     }
 }
 
-/// Incremental builder; later `add` calls win over earlier ones.
+/// Incremental builder; later `add` calls win over earlier ones (`first_wins`: earlier ones).
 #[derive(Default)]
 pub struct CodeImageBuilder {
     pages: BTreeMap<u64, Box<Page>>,
     stats: LoadStats,
+    first_wins: bool,
 }
 
 impl CodeImageBuilder {
@@ -103,6 +124,9 @@ impl CodeImageBuilder {
                 if page.is_valid(j) {
                     if page.data[j] != b {
                         self.stats.conflicting_bytes += 1;
+                    }
+                    if self.first_wins {
+                        continue;
                     }
                 } else {
                     page.valid[j / 64] |= 1 << (j % 64);
@@ -147,7 +171,7 @@ impl CodeImageBuilder {
                 }
             }
         }
-        (CodeImage { segments }, self.stats)
+        (CodeImage { segments, ..CodeImage::default() }, self.stats)
     }
 }
 
@@ -156,11 +180,15 @@ impl CodeImage {
     /// warning (the writer may have been killed mid-record); a bad magic is
     /// an error.
     pub fn parse(data: &[u8]) -> Result<(CodeImage, LoadStats)> {
+        if data.len() >= MAGIC_V2.len() && &data[..MAGIC_V2.len()] == MAGIC_V2 {
+            return Self::parse_v2(data);
+        }
         if data.len() < MAGIC.len() || &data[..MAGIC.len()] != MAGIC {
             return Err(ToolError::input(
-                "code.img: bad magic (expected \"PTCODE1\\n\"); not a pttrace code sideband",
+                "code.img: bad magic (expected \"PTCODE1\\n\" or \"PTCODE2\\n\"); not a pttrace code sideband",
             ));
         }
+        let first = data.get(MAGIC.len()..MAGIC.len() + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap()));
         let mut b = CodeImageBuilder::new();
         let mut pos = MAGIC.len();
         while pos < data.len() {
@@ -169,6 +197,7 @@ impl CodeImage {
                     "code.img: truncated record header at offset 0x{pos:x} ({} trailing bytes ignored)",
                     data.len() - pos
                 ));
+                b.stats.truncated = true;
                 break;
             }
             let vaddr = u64::from_le_bytes(data[pos..pos + 8].try_into().unwrap());
@@ -179,6 +208,7 @@ impl CodeImage {
                     "code.img: truncated record at offset 0x{pos:x} (vaddr 0x{vaddr:x}, len {len}, only {} bytes present; ignored)",
                     data.len() - body
                 ));
+                b.stats.truncated = true;
                 break;
             }
             if !b.add(vaddr, &data[body..body + len]) && len != 0 {
@@ -188,7 +218,99 @@ impl CodeImage {
             }
             pos = body + len;
         }
-        Ok(b.finish())
+        let (mut img, stats) = b.finish();
+        img.first = first;
+        Ok((img, stats))
+    }
+
+    /// A versioned code.img (`pttrace_core::code_img`). Unknown record kinds and switches to
+    /// versions not defined before them are corruption (an error); a record cut off at the end
+    /// is a truncation (`LoadStats::truncated`, a warning here).
+    fn parse_v2(data: &[u8]) -> Result<(CodeImage, LoadStats)> {
+        let corrupt = |pos: usize, what: String| {
+            Err(ToolError::input(format!("corrupt at offset 0x{pos:x}: {what}")))
+        };
+        let mut b = CodeImageBuilder { first_wins: true, ..CodeImageBuilder::default() };
+        b.stats.versioned = true;
+        let mut versions: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut switches: HashMap<u32, Vec<(u64, u32)>> = HashMap::new();
+        let mut overflows: HashMap<u32, HashMap<u32, u64>> = HashMap::new();
+        let mut pos = MAGIC_V2.len();
+        let u32_at = |p: usize| u32::from_le_bytes(data[p..p + 4].try_into().unwrap());
+        let u64_at = |p: usize| u64::from_le_bytes(data[p..p + 8].try_into().unwrap());
+        while pos < data.len() {
+            let kind = data[pos];
+            let need = match kind {
+                fmt::KIND_VERSION => fmt::VERSION_HEADER,
+                fmt::KIND_SWITCH => fmt::SWITCH_LEN,
+                fmt::KIND_OVF => fmt::OVF_LEN,
+                k => return corrupt(pos, format!("unknown record kind {k}")),
+            };
+            let need = if kind == fmt::KIND_VERSION && data.len() - pos >= need {
+                need + u32_at(pos + 9) as usize
+            } else {
+                need
+            };
+            if data.len() - pos < need {
+                b.warn(format!(
+                    "code.img: truncated record at offset 0x{pos:x} ({} of {need} bytes present; ignored)",
+                    data.len() - pos
+                ));
+                b.stats.truncated = true;
+                break;
+            }
+            match kind {
+                fmt::KIND_VERSION => {
+                    let vaddr = u64_at(pos + 1);
+                    let bytes = &data[pos + fmt::VERSION_HEADER..pos + need];
+                    if bytes.is_empty() || vaddr.checked_add(bytes.len() as u64 - 1).is_none() {
+                        return corrupt(pos, format!("version at 0x{vaddr:x} of {} bytes", bytes.len()));
+                    }
+                    b.add(vaddr, bytes);
+                    versions.push((vaddr, bytes.to_vec()));
+                }
+                fmt::KIND_SWITCH => {
+                    let (thread, count, v) = (u32_at(pos + 1), u64_at(pos + 5), u32_at(pos + 13));
+                    if v as usize >= versions.len() {
+                        return corrupt(pos, format!("thread {thread} switches to version {v}, but only {} are defined before", versions.len()));
+                    }
+                    switches.entry(thread).or_default().push((count, v));
+                }
+                _ => {
+                    let (thread, ordinal, count) = (u32_at(pos + 1), u32_at(pos + 5), u64_at(pos + 9));
+                    if count != fmt::UNKNOWN_COUNT {
+                        overflows.entry(thread).or_default().insert(ordinal, count);
+                    }
+                }
+            }
+            pos += need;
+        }
+        for s in switches.values_mut() {
+            // Stable: among equal counts the later record is applied later.
+            s.sort_by_key(|&(count, _)| count);
+        }
+        let (mut img, stats) = b.finish();
+        img.first = versions.first().map(|v| v.0);
+        img.versions = versions;
+        img.switches = switches;
+        img.overflows = overflows;
+        Ok((img, stats))
+    }
+
+    /// The address of the first record: where the program started.
+    pub fn first_record(&self) -> Option<u64> {
+        self.first
+    }
+
+    /// Some thread ran more than one version of some code (code was rewritten): the base image
+    /// alone does not describe it.
+    pub fn has_switches(&self) -> bool {
+        !self.switches.is_empty()
+    }
+
+    /// Distinct versions recorded (0 for a PTCODE1 file).
+    pub fn n_versions(&self) -> usize {
+        self.versions.len()
     }
 
     pub fn load(path: &Path) -> Result<(CodeImage, LoadStats)> {
@@ -236,6 +358,88 @@ impl CodeImage {
         let n = buf.len().min(s.bytes.len() - off);
         buf[..n].copy_from_slice(&s.bytes[off..off + n]);
         n
+    }
+}
+
+/// The memory a thread's decoder sees: the base image overlaid by the thread's SWITCH records
+/// up to its current instruction count (`advance`).
+pub struct ThreadView {
+    code: std::rc::Rc<CodeImage>,
+    thread: u32,
+    /// The thread's switches, and how many are applied.
+    switches: Vec<(u64, u32)>,
+    next: usize,
+    /// The count of the next switch (u64::MAX: none): `advance` is one comparison per
+    /// instruction until then.
+    next_count: u64,
+    overlay: HashMap<u64, Box<Page>>,
+    hint: usize,
+}
+
+impl ThreadView {
+    pub fn new(code: std::rc::Rc<CodeImage>, thread: u32) -> Self {
+        let switches = code.switches.get(&thread).cloned().unwrap_or_default();
+        let next_count = switches.first().map_or(u64::MAX, |s| s.0);
+        ThreadView { code, thread, switches, next: 0, next_count, overlay: HashMap::new(), hint: 0 }
+    }
+
+    /// The decoder is at the thread's instruction `count`: apply every switch up to it.
+    #[inline]
+    pub fn advance(&mut self, count: u64) {
+        if count < self.next_count {
+            return;
+        }
+        self.apply(count);
+    }
+
+    #[inline(never)]
+    fn apply(&mut self, count: u64) {
+        while let Some(&(c, v)) = self.switches.get(self.next) {
+            if c > count {
+                break;
+            }
+            self.next += 1;
+            let (vaddr, ref bytes) = self.code.versions[v as usize];
+            for (i, &b) in bytes.iter().enumerate() {
+                let a = vaddr + i as u64;
+                let page = self.overlay.entry(a >> PAGE_SHIFT).or_insert_with(Page::new);
+                let j = (a as usize) & (PAGE_SIZE - 1);
+                page.data[j] = b;
+                page.valid[j / 64] |= 1 << (j % 64);
+            }
+        }
+        self.next_count = self.switches.get(self.next).map_or(u64::MAX, |s| s.0);
+    }
+
+    /// The count at which the thread's `ordinal`-th overflow (1-based) resumes, if recorded.
+    pub fn overflow_count(&self, ordinal: u32) -> Option<u64> {
+        self.code.overflows.get(&self.thread)?.get(&ordinal).copied()
+    }
+
+    /// Copy the bytes at `addr` as the thread sees them now into `buf`, up to the end of the
+    /// contiguous known range; returns how many (0: nothing mapped at `addr`).
+    #[inline]
+    pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        let base = self.code.read(addr, buf, &mut self.hint);
+        if self.overlay.is_empty() {
+            return base;
+        }
+        let mut page_no = u64::MAX;
+        let mut page: Option<&Page> = None;
+        for (i, slot) in buf.iter_mut().enumerate() {
+            let Some(a) = addr.checked_add(i as u64) else { return i };
+            if a >> PAGE_SHIFT != page_no {
+                page_no = a >> PAGE_SHIFT;
+                page = self.overlay.get(&page_no).map(|p| &**p);
+            }
+            let j = (a as usize) & (PAGE_SIZE - 1);
+            match page {
+                Some(p) if p.is_valid(j) => *slot = p.data[j],
+                _ if i < base => {}
+                _ => return i,
+            }
+        }
+        buf.len()
     }
 }
 
@@ -346,6 +550,90 @@ mod tests {
         assert_eq!(img.size(), 0);
         assert_eq!(st.skipped_records, 2);
         assert_eq!(st.warnings.len(), 1);
+    }
+
+    fn v2(records: &[Vec<u8>]) -> Vec<u8> {
+        let mut d = MAGIC_V2.to_vec();
+        for r in records {
+            d.extend_from_slice(r);
+        }
+        d
+    }
+
+    fn view_read(v: &mut ThreadView, addr: u64, n: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; n];
+        let got = v.read(addr, &mut buf);
+        buf.truncate(got);
+        buf
+    }
+
+    #[test]
+    fn versions_switch_per_thread_at_their_count() {
+        // Version 0 at 0x1000 (the base: first record wins), version 1 rewrites it, version 2
+        // starts 2 bytes in and overlaps both.
+        let d = v2(&[
+            fmt::version_record(0x1000, &[1, 2, 3, 4]),
+            fmt::version_record(0x1000, &[5, 6, 7, 8]),
+            fmt::switch_record(1, 10, 1).to_vec(),
+            fmt::version_record(0x1002, &[9, 9, 9]),
+            fmt::switch_record(1, 20, 2).to_vec(),
+            fmt::switch_record(2, 5, 0).to_vec(),
+            fmt::switch_record(1, 30, 0).to_vec(),
+            fmt::ovf_record(1, 1, 25).to_vec(),
+            fmt::ovf_record(1, 2, fmt::UNKNOWN_COUNT).to_vec(),
+        ]);
+        let (img, st) = CodeImage::parse(&d).unwrap();
+        assert!(!st.truncated);
+        assert!(img.has_switches());
+        assert_eq!(img.n_versions(), 3);
+        assert_eq!(img.first_record(), Some(0x1000));
+        assert_eq!(read_all(&img, 0x1000, 8), vec![1, 2, 3, 4, 9]);
+        let img = std::rc::Rc::new(img);
+        let mut t1 = ThreadView::new(img.clone(), 1);
+        t1.advance(9);
+        assert_eq!(view_read(&mut t1, 0x1000, 8), vec![1, 2, 3, 4, 9]);
+        t1.advance(10);
+        assert_eq!(view_read(&mut t1, 0x1000, 8), vec![5, 6, 7, 8, 9]);
+        t1.advance(20);
+        assert_eq!(view_read(&mut t1, 0x1000, 8), vec![5, 6, 9, 9, 9]);
+        t1.advance(30);
+        assert_eq!(view_read(&mut t1, 0x1000, 8), vec![1, 2, 3, 4, 9]);
+        assert_eq!(view_read(&mut t1, 0x0fff, 8), Vec::<u8>::new());
+        assert_eq!(t1.overflow_count(1), Some(25));
+        assert_eq!(t1.overflow_count(2), None);
+        // Another thread follows only its own switches.
+        let mut t2 = ThreadView::new(img.clone(), 2);
+        t2.advance(100);
+        assert_eq!(view_read(&mut t2, 0x1001, 8), vec![2, 3, 4, 9]);
+        let mut t3 = ThreadView::new(img, 3);
+        t3.advance(100);
+        assert_eq!(view_read(&mut t3, 0x1000, 2), vec![1, 2]);
+    }
+
+    #[test]
+    fn v2_truncated_and_corrupt() {
+        let d = v2(&[fmt::version_record(0x1000, &[1, 2, 3]), fmt::switch_record(1, 0, 0).to_vec()]);
+        for cut in 1..fmt::SWITCH_LEN {
+            let (img, st) = CodeImage::parse(&d[..d.len() - cut]).unwrap();
+            assert!(st.truncated, "cut {cut}");
+            assert_eq!(img.n_versions(), 1);
+        }
+        let (_, st) = CodeImage::parse(&d[..d.len() - fmt::SWITCH_LEN - 1]).unwrap();
+        assert!(st.truncated);
+        // A switch to a version not defined before it, an unknown kind, an empty version.
+        let bad = v2(&[fmt::switch_record(1, 0, 0).to_vec()]);
+        assert!(CodeImage::parse(&bad).unwrap_err().to_string().contains("corrupt"));
+        let mut bad = d.clone();
+        bad.push(7);
+        assert!(CodeImage::parse(&bad).unwrap_err().to_string().contains("unknown record kind 7"));
+        let bad = v2(&[fmt::version_record(0x1000, &[])]);
+        assert!(CodeImage::parse(&bad).is_err());
+        // Huge length: truncation, no allocation.
+        let mut huge = MAGIC_V2.to_vec();
+        huge.push(fmt::KIND_VERSION);
+        huge.extend_from_slice(&0x1000u64.to_le_bytes());
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(CodeImage::parse(&huge).unwrap().1.truncated);
     }
 
     #[test]

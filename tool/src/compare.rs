@@ -221,7 +221,7 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
         let mut truth = load_truth_cut(&dir.truth_path(n), cut_short)?;
         let (decoded, errors) = if rtit && streams.contains(&n) {
             let trace = dir.read_rtit(n)?;
-            let d = decode_rtit(&trace, &code, dir);
+            let d = decode_rtit(&trace, &code, n, dir);
             if let Some(e) = &d.error {
                 eprintln!("pttrace: thread {n}: RTIT decode error: {e}");
             }
@@ -229,7 +229,7 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
         } else if !rtit && streams.contains(&n) {
             let trace = dir.read_pt(n)?;
             let mut printed = 0;
-            let (ips, stats) = decode_to_vec(&trace, &code, cpu, |e| {
+            let (ips, stats) = decode_to_vec(&trace, &code, n, cpu, |e| {
                 if cut_short && e.message.starts_with("trace ends with a truncated packet") {
                     eprintln!("pttrace: thread {n}: stream truncated at {}: {}", e.offset_str(), e.message);
                 } else {

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use libipt::error::{PtError, PtErrorCode};
 use libipt::status::Status;
 
-use crate::code_image::CodeImage;
+use crate::code_image::{CodeImage, ThreadView};
 use crate::error::{pt_err, Result, ToolError, EXIT_FAIL, EXIT_OK, EXIT_TRUNCATED};
 use crate::hexfmt::write_hex_line;
 use crate::insn_ffi::RawInsnDecoder;
@@ -97,6 +97,7 @@ enum Step {
 pub fn decode_stream<F, E>(
     trace: &[u8],
     code: &Rc<CodeImage>,
+    thread: u32,
     cpu: Option<(u16, u8, u8)>,
     mut on_ip: F,
     mut on_error: E,
@@ -114,7 +115,7 @@ where
         return Ok(ctx.stats);
     }
 
-    let mut dec = match RawInsnDecoder::new(trace, Rc::clone(code), cpu) {
+    let mut dec = match RawInsnDecoder::new(trace, ThreadView::new(Rc::clone(code), thread), cpu) {
         Ok(d) => d,
         Err(e) => {
             ctx.report(DecodeError::from_pt(None, &e));
@@ -130,6 +131,9 @@ where
     // Stuck-decoder guard, see MAX_INSNS_WITHOUT_TRACE.
     let mut guard_off = dec.offset().ok();
     let mut guard_count = 0u64;
+    // The thread's instruction count (the key of code versions) and its OVF events so far.
+    let mut count = 0u64;
+    let mut ovf_ordinal = 0u32;
 
     'stream: loop {
         // libipt requires all pending events to be fetched before decode_next.
@@ -138,6 +142,11 @@ where
                 Ok((event, st)) => {
                     if event.is_overflow() {
                         ctx.stats.overflows += 1;
+                        ovf_ordinal += 1;
+                        // Instructions were lost: the plugin recorded where decoding resumes.
+                        if let Some(c) = dec.view_mut().overflow_count(ovf_ordinal) {
+                            count = c;
+                        }
                     }
                     status = st;
                 }
@@ -157,8 +166,10 @@ where
                 }
             }
         }
+        dec.view_mut().advance(count);
         let next = dec.next_insn();
         if let Some(ip) = next.ip {
+            count += 1;
             ctx.stats.instructions += 1;
             ctx.stats.branches += u64::from(next.branch);
             on_ip(ip)?;
@@ -293,6 +304,7 @@ impl<E: FnMut(&DecodeError)> Ctx<'_, E> {
 pub fn decode_to_vec<E: FnMut(&DecodeError)>(
     trace: &[u8],
     code: &Rc<CodeImage>,
+    thread: u32,
     cpu: Option<(u16, u8, u8)>,
     on_error: E,
 ) -> (Vec<u64>, StreamStats) {
@@ -300,6 +312,7 @@ pub fn decode_to_vec<E: FnMut(&DecodeError)>(
     let stats = decode_stream(
         trace,
         code,
+        thread,
         cpu,
         |ip| {
             ips.push(ip);
@@ -389,6 +402,7 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
         let res = decode_stream(
             &trace,
             &code,
+            n,
             cpu,
             |ip| {
                 if opts.summary_only {

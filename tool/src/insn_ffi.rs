@@ -14,13 +14,12 @@
 use std::ffi::c_void;
 use std::mem;
 use std::ptr::NonNull;
-use std::rc::Rc;
 
 use libipt::error::{PtError, PtErrorCode};
 use libipt::status::Status;
 use libipt_sys as sys;
 
-use crate::code_image::CodeImage;
+use crate::code_image::ThreadView;
 
 /// Convert a negative libipt return value to a `PtError` (with libipt's
 /// `pt_errstr` message).
@@ -42,8 +41,7 @@ fn status(code: i32) -> Result<Status, PtError> {
 
 /// State behind the image read-memory callback.
 struct CallbackCtx {
-    code: Rc<CodeImage>,
-    hint: usize,
+    view: ThreadView,
 }
 
 /// libipt `read_memory_callback_t`: copy up to `size` bytes at `ip` from the
@@ -64,7 +62,7 @@ unsafe extern "C" fn read_memory(
     // alive for as long as the decoder; `buffer` has room for `size` bytes.
     let ctx = unsafe { &mut *(context as *mut CallbackCtx) };
     let buf = unsafe { std::slice::from_raw_parts_mut(buffer, size) };
-    match ctx.code.read(ip, buf, &mut ctx.hint) {
+    match ctx.view.read(ip, buf) {
         0 => -(PtErrorCode::Nomap as i32),
         n => n.min(i32::MAX as usize) as i32,
     }
@@ -94,7 +92,7 @@ impl RawEvent {
 }
 
 /// Owned `pt_insn_decoder` over a borrowed trace buffer, memory from a
-/// `CodeImage` via the default image's read callback.
+/// thread's view of `code.img` (`ThreadView`) via the default image's read callback.
 pub struct RawInsnDecoder<'t> {
     dec: NonNull<sys::pt_insn_decoder>,
     _ctx: Box<CallbackCtx>,
@@ -105,7 +103,7 @@ impl<'t> RawInsnDecoder<'t> {
     /// `cpu` = (family, model, stepping) of an Intel CPU for errata.
     pub fn new(
         trace: &'t [u8],
-        code: Rc<CodeImage>,
+        view: ThreadView,
         cpu: Option<(u16, u8, u8)>,
     ) -> Result<Self, PtError> {
         if trace.is_empty() {
@@ -134,7 +132,7 @@ impl<'t> RawInsnDecoder<'t> {
         // SAFETY: config is valid; libipt copies it.
         let dec = NonNull::new(unsafe { sys::pt_insn_alloc_decoder(&config) })
             .ok_or_else(|| PtError::from(PtErrorCode::Nomem))?;
-        let mut ctx = Box::new(CallbackCtx { code, hint: 0 });
+        let mut ctx = Box::new(CallbackCtx { view });
         let ctx_ptr = &mut *ctx as *mut CallbackCtx as *mut c_void;
         let this = RawInsnDecoder {
             dec,
@@ -151,6 +149,12 @@ impl<'t> RawInsnDecoder<'t> {
             return Err(pt_error(r));
         }
         Ok(this)
+    }
+
+    /// The memory libipt reads from: advance it to the thread's instruction count before each
+    /// `next_insn` (code versions, issue 19).
+    pub fn view_mut(&mut self) -> &mut ThreadView {
+        &mut self._ctx.view
     }
 
     pub fn sync_forward(&mut self) -> Result<Status, PtError> {

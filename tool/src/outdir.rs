@@ -223,8 +223,20 @@ impl OutDir {
         self.path.join("code.img")
     }
 
+    /// code.img: a record cut off at its end is a warning in a run that was cut short (its
+    /// bytes stopped there), and in a PTCODE1 file (as it always was); in a versioned one of a
+    /// run that ended in order it is an error (the file was damaged since).
     pub fn load_code(&self) -> Result<(CodeImage, LoadStats)> {
-        CodeImage::load(&self.code_path())
+        let (code, stats) = CodeImage::load(&self.code_path())?;
+        if stats.truncated && stats.versioned && !self.cut_short() && self.meta.get("end").is_some() {
+            return Err(ToolError::input(format!(
+                "{}: truncated ({}); meta.txt says the run ended in order (end={}): the file was damaged",
+                self.code_path().display(),
+                stats.warnings.last().map(String::as_str).unwrap_or("a record is cut off"),
+                self.meta.get("end").unwrap_or("")
+            )));
+        }
+        Ok((code, stats))
     }
 
     /// CPU (family, model, stepping) for libipt's errata, from `meta.txt`.

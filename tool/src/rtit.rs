@@ -2,37 +2,40 @@
 //! rtit-decode DIR`, with pttrace_core's RTIT packet parser and flow reconstruction (there is
 //! no public RTIT decoder; libipt only knows Intel PT).
 
-use std::cell::Cell;
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::io::{self, Write};
 use std::path::Path;
 
 use pttrace_core::rtit::decode::{self as rd, FlowError, FlowOptions};
 use pttrace_core::rtit::errata::Errata;
 
-use crate::code_image::CodeImage;
+use crate::code_image::{CodeImage, ThreadView};
 use crate::decode::{print_load_warnings, DecodeOptions};
 use crate::error::{Result, ToolError, EXIT_FAIL, EXIT_OK};
 use crate::hexfmt::write_hex_line;
 use crate::outdir::{Meta, OutDir};
 
-/// `code.img` as the RTIT decoder's code image.
-pub struct RtitCode<'a> {
-    image: &'a CodeImage,
-    hint: Cell<usize>,
+/// `code.img` as the RTIT decoder's code image: one thread's view, at the versions valid at
+/// each instruction (issue 19).
+pub struct RtitCode {
+    view: RefCell<ThreadView>,
 }
 
-impl<'a> RtitCode<'a> {
-    pub fn new(image: &'a CodeImage) -> Self {
-        RtitCode { image, hint: Cell::new(0) }
+impl RtitCode {
+    pub fn new(image: &Rc<CodeImage>, thread: u32) -> Self {
+        RtitCode { view: RefCell::new(ThreadView::new(Rc::clone(image), thread)) }
     }
 }
 
-impl rd::CodeImage for RtitCode<'_> {
+impl rd::CodeImage for RtitCode {
     fn read_code(&self, ip: u64, buf: &mut [u8]) -> usize {
-        let mut hint = self.hint.get();
-        let n = self.image.read(ip, buf, &mut hint);
-        self.hint.set(hint);
-        n
+        self.view.borrow_mut().read(ip, buf)
+    }
+    fn read_code_at(&self, ip: u64, buf: &mut [u8], insn_index: u64) -> usize {
+        let mut v = self.view.borrow_mut();
+        v.advance(insn_index);
+        v.read(ip, buf)
     }
 }
 
@@ -45,18 +48,18 @@ pub struct RtitDecoded {
 
 /// Reconstruct the instruction flow of one RTIT stream of `dir` (64-bit code; RTIT_CTL[Cycle_Acc]
 /// and the TraceStop ranges from its meta.txt).
-pub fn decode_rtit(trace: &[u8], code: &CodeImage, dir: &OutDir) -> RtitDecoded {
-    decode_rtit_with(trace, code, dir, &DecodeOptions::default())
+pub fn decode_rtit(trace: &[u8], code: &Rc<CodeImage>, thread: u32, dir: &OutDir) -> RtitDecoded {
+    decode_rtit_with(trace, code, thread, dir, &DecodeOptions::default())
 }
 
 /// `decode_rtit` with the code's modes from `o` (`--bits`, `--code16`).
-pub fn decode_rtit_with(trace: &[u8], code: &CodeImage, dir: &OutDir, o: &DecodeOptions) -> RtitDecoded {
+pub fn decode_rtit_with(trace: &[u8], code: &Rc<CodeImage>, thread: u32, dir: &OutDir, o: &DecodeOptions) -> RtitDecoded {
     let mut opts = FlowOptions { cycle_acc: dir.rtit_cycle_acc(), stop_ranges: dir.rtit_stop_ranges(), ..FlowOptions::default() };
     opts.bitness = o.bits.unwrap_or(64);
     for (slot, r) in opts.code16.iter_mut().zip(&o.code16) {
         *slot = Some(*r);
     }
-    let (events, error) = rd::reconstruct_partial(trace, &RtitCode::new(code), opts);
+    let (events, error) = rd::reconstruct_partial(trace, &RtitCode::new(code, thread), opts);
     RtitDecoded { ips: rd::instructions(&events), error }
 }
 
@@ -112,10 +115,11 @@ pub fn cmd_rtit_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W
     };
     let (code, load) = dir.load_code()?;
     print_load_warnings(dir, &load.warnings);
+    let code = Rc::new(code);
     let mut any_error = false;
     for &n in &threads {
         let trace = dir.read_rtit(n)?;
-        let d = decode_rtit_with(&trace, &code, dir, opts);
+        let d = decode_rtit_with(&trace, &code, n, dir, opts);
         let written = (|| -> io::Result<()> {
             if opts.thread.is_none() && !opts.summary_only {
                 writeln!(out, "thread {n}")?;

@@ -21,7 +21,7 @@ fn image() -> Rc<CodeImage> {
 
 fn decode_with(trace: &[u8], img: &Rc<CodeImage>) -> (Vec<u64>, Vec<DecodeError>) {
     let mut errs = Vec::new();
-    let (ips, st) = decode_to_vec(trace, img, Some((6, 85, 4)), |e| errs.push(e.clone()));
+    let (ips, st) = decode_to_vec(trace, img, 1, Some((6, 85, 4)), |e| errs.push(e.clone()));
     assert_eq!(st.errors as usize, errs.len());
     assert_eq!(st.instructions as usize, ips.len());
     (ips, errs)
@@ -47,7 +47,7 @@ fn uncompressed_ret_with_mid_stream_psb() {
 
 #[test]
 fn no_cpu_config_decodes_too() {
-    let (ips, st) = decode_to_vec(&stream_compressed_ret(), &image(), None, |e| {
+    let (ips, st) = decode_to_vec(&stream_compressed_ret(), &image(), 1, None, |e| {
         panic!("{e:?}")
     });
     assert_eq!(ips, EXPECTED);
@@ -246,7 +246,7 @@ fn mutated_streams_do_not_panic() {
                 _ => t.truncate(i.max(1)),
             }
         }
-        let (_, st) = decode_to_vec(&t, &img, Some((6, 85, 4)), |_| {});
+        let (_, st) = decode_to_vec(&t, &img, 1, Some((6, 85, 4)), |_| {});
         total_errors += st.errors;
         let mut sink = Vec::new();
         let out = pttrace::dump::dump_libipt(&t, Default::default(), &mut sink, |_, _| {}).unwrap();
@@ -264,6 +264,7 @@ fn endless_direct_loop_is_cut_off() {
     let st = pttrace::decode::decode_stream(
         &stream_compressed_ret(),
         &Rc::new(img),
+        1,
         None,
         |ip| {
             n += 1;

@@ -169,6 +169,11 @@ pub struct Tracer {
     ibuf: Option<InternalBuffer>,
     /// The next instruction to execute after the most recent event: the FUP IP after OVF.
     resume_ip: u64,
+    /// Times `resume_ip` was set (the plugin keys code versions to the instruction at it).
+    resume_seq: u64,
+    /// OVF packets written, and the FUP IP after the last one (None: TIP.PGE follows).
+    overflows: u64,
+    last_ovf_fup: Option<u64>,
     /// The next IP packet must not be compressed against last-IP (the first one after OVF).
     full_ip_next: bool,
     /// `without_shortcuts`: every event takes the general path (the reference for tests).
@@ -200,6 +205,9 @@ impl Tracer {
             stats: TracerStats::default(),
             ibuf: None,
             resume_ip: 0,
+            resume_seq: 0,
+            overflows: 0,
+            last_ovf_fup: None,
             full_ip_next: false,
             no_shortcuts: false,
         }
@@ -258,6 +266,22 @@ impl Tracer {
         }
     }
 
+    fn set_resume(&mut self, ip: u64) {
+        self.resume_ip = ip;
+        self.resume_seq = self.resume_seq.wrapping_add(1);
+    }
+
+    /// The next instruction to execute after the most recent event, and how many times it was
+    /// set (the plugin's code versions key on it, issue 19).
+    pub fn resume_point(&self) -> (u64, u64) {
+        (self.resume_ip, self.resume_seq)
+    }
+
+    /// OVF packets written so far, and the FUP IP after the last one (None: a TIP.PGE follows).
+    pub fn overflows(&self) -> (u64, Option<u64>) {
+        (self.overflows, self.last_ovf_fup)
+    }
+
     fn overflowed(&self) -> bool {
         self.ibuf.as_ref().is_some_and(InternalBuffer::overflowed)
     }
@@ -279,6 +303,8 @@ impl Tracer {
             buf.end_overflow();
         }
         self.emit_raw(Packet::Ovf);
+        self.overflows += 1;
+        self.last_ovf_fup = self.packet_en.then_some(self.resume_ip);
         // OVF resets last-IP and the RET-compression stack (pt-packets.md §5; libipt resets its
         // decoder state at OVF, pt_evt_reset) and the cycle count.
         self.last_ip.reset();
@@ -648,7 +674,7 @@ impl Tracer {
         self.stopped = false;
         self.trace_stop_hit = false;
         self.packet_en = false;
-        self.resume_ip = next_ip;
+        self.set_resume(next_ip);
         // PSB+ at enable when IA32_RTIT_STATUS.PacketByteCnt is 0 (what Linux and a fresh
         // configuration have). A non-zero count, restored by software (e.g. XRSTORS of a saved
         // trace context), continues the running period instead (shared/reference/pt-packets.md §4;
@@ -762,13 +788,13 @@ impl Tracer {
             // so PacketEn stays 1, and without MTC/CYC or an internal buffer nothing but the
             // COFI's own packets and a due PSB+ can follow: the general path below, minus the
             // evaluations whose outcome is known (issue 13: this is most blocks of a trace).
-            self.resume_ip = next;
+            self.set_resume(next);
             self.cofi_packets(nlip, kind, next);
             self.maybe_psb(next);
             return;
         }
         self.service_overflow();
-        self.resume_ip = next;
+        self.set_resume(next);
         if !self.trigger_en() {
             return;
         }
@@ -827,7 +853,7 @@ impl Tracer {
         if !(self.packet_en && self.steady()) {
             return false;
         }
-        self.resume_ip = next;
+        self.set_resume(next);
         self.stats.tnt_bits += u64::from(conditional);
         if let Some((bits, count)) = self.tnt.push_if(conditional, taken) {
             self.emit_tnt(bits, count);
@@ -890,7 +916,7 @@ impl Tracer {
 
     fn transfer(&mut self, fup: Option<u64>, next: u64, to: Context) {
         self.service_overflow();
-        self.resume_ip = next;
+        self.set_resume(next);
         let was = self.packet_en;
         let cr3_changed = to.cr3 != self.ctx.cr3;
         self.ctx = to;
@@ -941,7 +967,7 @@ impl Tracer {
     /// OS=1; TIP.PGD (suppressed) if ContextEn drops; PIP, MODE.Exec, TIP.PGE(NLIP) if it rises.
     pub fn mov_cr3(&mut self, nlip: u64, cr3: u64) {
         self.service_overflow();
-        self.resume_ip = nlip;
+        self.set_resume(nlip);
         let was = self.packet_en;
         self.ctx.cr3 = cr3;
         if !self.trigger_en() {
@@ -974,7 +1000,7 @@ impl Tracer {
     /// of a basic block that is not a COFI). Only the IP filter can change here.
     pub fn linear(&mut self, ip: u64) {
         self.service_overflow();
-        self.resume_ip = ip;
+        self.set_resume(ip);
         if !self.trigger_en() {
             return;
         }

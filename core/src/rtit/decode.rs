@@ -286,6 +286,13 @@ fn lip_line(out: &mut String, name: &str, lip: Lip, last: &mut LastLip, buffovf:
 pub trait CodeImage {
     /// Copy up to `buf.len()` bytes at `ip` into `buf`; return how many are available.
     fn read_code(&self, ip: u64, buf: &mut [u8]) -> usize;
+    /// `read_code` for the instruction with index `insn_index` in the flow (the number of
+    /// instructions reconstructed before it): a code image with versions (code.img, issue 19)
+    /// gives the bytes valid at that point.
+    fn read_code_at(&self, ip: u64, buf: &mut [u8], insn_index: u64) -> usize {
+        let _ = insn_index;
+        self.read_code(ip, buf)
+    }
 }
 
 impl<F: Fn(u64, &mut [u8]) -> usize> CodeImage for F {
@@ -462,6 +469,8 @@ struct Walker<'c, C: CodeImage + ?Sized> {
     /// The last CALL before a PSB cleared `last_call` (see [`Walker::peek`]).
     call_before_psb: Option<u64>,
     events: Vec<FlowEvent>,
+    /// `FlowEvent::Insn` events pushed so far.
+    n_insns: u64,
 }
 
 impl<C: CodeImage + ?Sized> Walker<'_, C> {
@@ -505,7 +514,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
 
     fn insn(&self, ip: u64) -> Result<crate::insn_class::ClassifiedInsn, FlowError> {
         let mut buf = [0u8; 15];
-        let n = self.code.read_code(ip, &mut buf);
+        let n = self.code.read_code_at(ip, &mut buf, self.n_insns);
         classify(&buf[..n.min(15)], ip, self.opts.bitness_at(ip)).ok_or(FlowError::NoCode { ip })
     }
 
@@ -591,6 +600,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
             }
             let insn = self.insn(cur)?;
             self.events.push(FlowEvent::Insn { ip: cur });
+            self.n_insns += 1;
             let nlip = insn.nlip();
             let next = match insn.kind {
                 BranchKind::None | BranchKind::AlwaysFaults => nlip,
@@ -689,7 +699,7 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
 pub fn reconstruct(bytes: &[u8], code: &(impl CodeImage + ?Sized), opts: FlowOptions) -> Result<Vec<FlowEvent>, FlowError> {
     let packets = parse_all(bytes, opts.cycle_acc).map_err(FlowError::Packet)?;
     let items = items(&packets, opts.errata)?;
-    let mut w = Walker { items, i: 0, code, opts, last_call: None, call_before_psb: None, events: Vec::new() };
+    let mut w = Walker { items, i: 0, code, opts, last_call: None, call_before_psb: None, events: Vec::new(), n_insns: 0 };
     w.run()?;
     Ok(w.events)
 }
@@ -723,7 +733,7 @@ pub fn reconstruct_partial(
             }
         }
     };
-    let mut w = Walker { items, i: 0, code, opts, last_call: None, call_before_psb: None, events: Vec::new() };
+    let mut w = Walker { items, i: 0, code, opts, last_call: None, call_before_psb: None, events: Vec::new(), n_insns: 0 };
     let walked = w.run();
     let error = match walked {
         // Running out of packets is the truncation's doing.

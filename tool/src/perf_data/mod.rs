@@ -134,13 +134,6 @@ fn hex_meta(dir: &OutDir, key: &str) -> Option<u64> {
     dir.meta.get(key).and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
 }
 
-/// The first translated block (code.img's first record): where the program started.
-fn first_block(path: &Path) -> Result<Option<u64>> {
-    let b = std::fs::read(path).map_err(|e| ToolError::io("cannot read", path, e))?;
-    let m = crate::code_image::MAGIC.len();
-    Ok(b.get(m..m + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap())))
-}
-
 /// Added to every TSC packet: perf's intel_pt decoder takes a zero timestamp for "no TSC yet"
 /// and keeps walking until it sees another, but the plugin's TSC (retired instructions) starts
 /// at 0. A multiple of ART_RATIO << 17, so CTC = TSC / ART_RATIO changes only above bit 16: the
@@ -187,12 +180,14 @@ fn end_tsc(
     trace: &[u8],
     max_tsc: u64,
     code: &Rc<crate::code_image::CodeImage>,
+    thread: u32,
     cpu: Option<(u16, u8, u8)>,
 ) -> u64 {
     let mut n = 0u64;
     let _ = crate::decode::decode_stream(
         trace,
         code,
+        thread,
         cpu,
         |_| {
             n += 1;
@@ -282,18 +277,26 @@ pub fn cmd_perf(dir_path: &Path, out: Option<&Path>) -> Result<i32> {
         .unwrap_or(opts.config.ctl.0 | 1);
 
     // Address space, checked against what ran.
+    let (code, stats) = dir.load_code()?;
+    for w in &stats.warnings {
+        eprintln!("pttrace: warning: {w}");
+    }
+    if code.has_switches() {
+        // perf reads code from files and one anonymous image: one version per address.
+        return Err(ToolError::input(format!(
+            "{}: the program rewrote code it had run ({} code versions in code.img); perf.data holds one version per address, so perf would decode other instructions: use `pttrace decode`",
+            dir.path.display(),
+            code.n_versions()
+        )));
+    }
     let maps = std::fs::read_to_string(dir.path.join("maps.txt")).unwrap_or_default();
     let mut space = AddressSpace::build(
         binary,
         hex_meta(&dir, "start_code"),
         hex_meta(&dir, "entry"),
-        first_block(&dir.code_path())?,
+        code.first_record(),
         &maps,
     )?;
-    let (code, stats) = dir.load_code()?;
-    for w in &stats.warnings {
-        eprintln!("pttrace: warning: {w}");
-    }
     let out_abs = std::path::absolute(&out).map_err(|e| ToolError::io("cannot resolve", &out, e))?;
     let anon_path = PathBuf::from(format!("{}.code", out_abs.display()));
     space.check_code(&code, &anon_path)?;
@@ -341,7 +344,7 @@ pub fn cmd_perf(dir_path: &Path, out: Option<&Path>) -> Result<i32> {
     for (idx, &n) in dir.threads.iter().enumerate() {
         let mut trace = dir.read_pt(n)?;
         let max_tsc = shift_tsc(&mut trace);
-        ends.push((n, end_tsc(&trace, max_tsc, &code, dir.cpu())));
+        ends.push((n, end_tsc(&trace, max_tsc, &code, n, dir.cpu())));
         let rec = Auxtrace { data: &trace, offset: 0, reference: n as u64, idx: idx as u32, tid: tid_of(n) };
         let rec = rec.to_record();
         index.push((data_at + data.len() as u64, auxtrace::HEADER_SIZE));
