@@ -84,6 +84,16 @@ pub struct SysBlock {
     pub writes_cr3: bool,
 }
 
+/// The slot of a block classified as 16-, 32- and 64-bit code (`by_mode` of `SystemFlow::block`)
+/// that holds its classification in `mode`.
+pub const fn mode_slot(mode: ExecMode) -> usize {
+    match mode {
+        ExecMode::Bit16 => 0,
+        ExecMode::Bit32 => 1,
+        ExecMode::Bit64 => 2,
+    }
+}
+
 /// How the sequencer holds a translated block: `Arc<SysBlock>` (tests), or `&'static SysBlock`
 /// in the plugin, whose per-translation data lives as long as QEMU (no reference counting on the
 /// per-block path).
@@ -270,12 +280,7 @@ impl<B: BlockRef> SystemFlow<B> {
                 }
             }
         }
-        let index = match tracer.mode() {
-            ExecMode::Bit16 => 0,
-            ExecMode::Bit32 => 1,
-            ExecMode::Bit64 => 2,
-        };
-        self.pos = Position::After(Executed { block: by_mode[index].clone(), delta, counted: 0 });
+        self.pos = Position::After(Executed { block: by_mode[mode_slot(tracer.mode())].clone(), delta, counted: 0 });
     }
 
     /// The instruction at (actual) address `ip` of the current block is about to execute (an

@@ -31,7 +31,7 @@ use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
-use pttrace_core::system_flow::{successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
+use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
 use std::fmt::Write as _;
@@ -209,6 +209,13 @@ struct BlockInfo {
 }
 
 
+
+impl BlockInfo {
+    /// The block as classified in `mode`.
+    fn in_mode(&self, mode: ExecMode) -> &'static SysBlock {
+        self.by_mode[mode_slot(mode)]
+    }
+}
 
 /// Work left for "right after the current instruction".
 #[derive(Default)]
@@ -749,9 +756,10 @@ impl Shared {
         }
         // x86 system-mode translations are PC-relative (CF_PCREL): QEMU runs one translation
         // for the same physical code at any virtual address it is mapped at (e.g. a shared
-        // library in two processes). RIP is exact at block entry in that mode. Reading it costs,
-        // so it is read only while tracing; with TraceEn = 0 no packet depends on the address
-        // (a block with a WRMSR, which may enable tracing, reads it too).
+        // library in two processes). The actual address matters only while something records
+        // (with TraceEn = 0 no packet depends on it; a block with a WRMSR, which may enable
+        // tracing, needs it too); it follows from the previous block after direct transfers
+        // (`successor_pc`), and RIP, exact at block entry, is read otherwise.
         let rtit_on = v.rtit.as_ref().is_some_and(|r| r.trigger_en());
         let lbr_on = self.lbr_recording(v);
         let last_started = match &v.last_started_slot {
@@ -831,12 +839,7 @@ impl Shared {
         // base added): RIP is read there.
         let mode = v.tracer.context().mode;
         if exact && mode != ExecMode::Bit16 && info.modes.contains(mode) {
-            let chosen = info.by_mode[match mode {
-                ExecMode::Bit16 => 0,
-                ExecMode::Bit32 => 1,
-                ExecMode::Bit64 => 2,
-            }];
-            v.after = Some((chosen, v.pc_delta, info.changes_mode));
+            v.after = Some((info.in_mode(mode), v.pc_delta, info.changes_mode));
         }
         let pmu_pmi = v.pmu.take_pmi();
         Self::counter_pmi(v, pmu_pmi);
@@ -885,11 +888,7 @@ impl Shared {
     /// block instead of after the next one. (If the block faults before the overflow, that PMI
     /// arrives without an overflow bit, as a spurious PMI.)
     fn prearm_pmi(v: &mut Vcpu, info: &BlockInfo) {
-        let b = info.by_mode[match v.tracer.context().mode {
-            ExecMode::Bit16 => 0,
-            ExecMode::Bit32 => 1,
-            ExecMode::Bit64 => 2,
-        }];
+        let b = info.in_mode(v.tracer.context().mode);
         let plain = b.insns.len() as u64 - 1;
         // A REP string instruction may not retire in this block (it iterates block by block).
         let last = (!b.last.rep_string).then(|| Retired::certain(b.last.kind));
@@ -957,11 +956,7 @@ impl Shared {
     /// record may fall inside it, so the record names the exact instruction and registers.
     fn arm_pebs_steps(&self, v: &mut Vcpu, info: &BlockInfo) {
         let on = v.pmu.pebs_active() && {
-            let b = info.by_mode[match v.tracer.context().mode {
-                ExecMode::Bit16 => 0,
-                ExecMode::Bit32 => 1,
-                ExecMode::Bit64 => 2,
-            }];
+            let b = info.in_mode(v.tracer.context().mode);
             let last = (!b.last.rep_string).then(|| Retired::certain(b.last.kind));
             v.pmu.pebs_within(b.insns.len() as u64 - 1, last, v.tracer.context().cpl)
         };
@@ -1059,17 +1054,28 @@ impl Shared {
     /// `OUTPUT_HOLD_BYTES`).
     #[inline]
     fn drain(&self, v: &mut Vcpu) {
-        // The common case at a block boundary: Intel PT alone, a few bytes held back.
-        if self.opts.buffer.is_none()
-            && v.rtit.is_none()
-            && v.output_active
-            && (v.tracer.output().len() as u64) < OUTPUT_HOLD_BYTES.min(v.output.quiet_room())
-            && v.held_blocks < OUTPUT_HOLD_BLOCKS
-        {
-            v.held_blocks += 1;
+        // The common case at a block boundary, without a call: Intel PT alone (no drain model,
+        // no RTIT), nothing to store yet.
+        if self.opts.buffer.is_none() && v.rtit.is_none() && v.output_active && Self::hold_pt_output(v) {
             return;
         }
         self.drain_or_hold(v, false);
+    }
+
+    /// The Intel PT bytes generated so far stay held back for this block (`OUTPUT_HOLD_BYTES`,
+    /// `OUTPUT_HOLD_BLOCKS`, `OutputUnit::quiet_room`); nothing generated is nothing to store.
+    /// Only while the output unit runs.
+    #[inline]
+    fn hold_pt_output(v: &mut Vcpu) -> bool {
+        let held = v.tracer.output().len() as u64;
+        if held == 0 {
+            return true;
+        }
+        if held < OUTPUT_HOLD_BYTES && held <= v.output.quiet_room() && v.held_blocks < OUTPUT_HOLD_BLOCKS {
+            v.held_blocks += 1;
+            return true;
+        }
+        false
     }
 
     /// As `drain`, storing every byte now (TraceEn cleared).
@@ -1126,9 +1132,7 @@ impl Shared {
             v.tracer.clear_output();
             return;
         }
-        let held = v.tracer.output().len() as u64;
-        if !flush && held < OUTPUT_HOLD_BYTES && held <= v.output.quiet_room() && v.held_blocks < OUTPUT_HOLD_BLOCKS {
-            v.held_blocks += 1;
+        if !flush && Self::hold_pt_output(v) {
             return;
         }
         self.store_output(v);
