@@ -4,7 +4,7 @@
 # must not change a single packet, nor when output reaches guest memory in a way the guest sees
 # (ToPA PMI, STOP). Each guest that produces Intel PT without ground truth runs three ways:
 #   PTTRACE_RECORD=0     the model runs at every block as it executes (the reference path)
-#   default              recording + encoder thread
+#   PTTRACE_ENCODER=1    recording + encoder thread (the default when the host has more CPUs than vCPUs)
 #   PTTRACE_ENCODER=0    recording, the vCPU runs its recorded blocks itself
 # and its streams (thread-*.pt, the host copy of every byte) must be byte-identical.
 # Skipped: guests whose streams differ from run to run on their own (a LAPIC timer interrupt
@@ -26,7 +26,7 @@ for elf in "$bin"/t_pt_*.elf "$bin"/t_m32_*pt*.elf "$bin"/t_hostile_mmio.elf "$b
   extra=$(sed -n 's|^// pttrace-options: *||p' "$src" 2>/dev/null | head -1)
   qx=$(sed -n 's|^// qemu-options: *||p' "$src" 2>/dev/null | head -1)
   sums=()
-  for mode in PTTRACE_RECORD=0 PTTRACE_RECORD=1 PTTRACE_ENCODER=0; do
+  for mode in PTTRACE_RECORD=0 PTTRACE_ENCODER=1 PTTRACE_ENCODER=0; do
     d=$tmp/$name.${mode//=/}
     # shellcheck disable=SC2086
     env $mode GUEST_TIMEOUT=120 bash "$top/tests/guest/run.sh" "$elf" $qx \

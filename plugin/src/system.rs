@@ -60,6 +60,7 @@ const ENCODER_CHUNK: usize = 256;
 /// a TIP, a filter transition (TIP.PGD/PGE, MODE.Exec) and a PSB+ (PSB, PSBEND, TSC, TMA, CBR,
 /// MODE.Exec, PIP, VMCS, FUP) together stay well below it.
 const MAX_BLOCK_BYTES: u64 = 256;
+
 /// With MTC on, recorded blocks carry the host TSC sampled by the vCPU every this many blocks
 /// (reading it costs ~14 ns here, a block ~2 ns): MTC packets follow the time blocks executed
 /// at, to this resolution, not the time the encoder runs them.
@@ -777,6 +778,7 @@ impl Shared {
                     mtc: false,
                     tsc: 0,
                     tsc_countdown: 0,
+
                 });
             }
             self.n_rings.fetch_max(vcpu as usize + 1, Ordering::Release);
@@ -804,6 +806,8 @@ impl Shared {
             {
                 // A near indirect transfer: RIP, exact at block entry, in the page the
                 // translation says (CS and its base are unchanged).
+                // (A RET is not predicted from the calls: a translation made in another address
+                // space at the predicted address would pass any check short of reading RIP.)
                 match front.regs.get("rip") {
                     Some(rip) if (rip ^ info.pc) & 0xFFF == 0 => rip,
                     _ => return Err(last_started),
@@ -846,7 +850,7 @@ impl Shared {
                 let Some(mut guard) = self.vcpus[i].try_lock() else { continue };
                 let Some(v) = guard.as_mut() else { continue };
                 guarded("trace encoder", || {
-                    let mut left = ENCODER_CHUNK * 4;
+                    let mut left = ENCODER_CHUNK;
                     // SAFETY: holding the vCPU's lock.
                     unsafe { ring.take_shared(|r| {
                         self.run_recorded_block(v, r, false);
@@ -2231,8 +2235,18 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
     if SHARED.set(shared).is_err() {
         fail("plugin loaded twice");
     }
-    // PTTRACE_ENCODER=0 (tests and measurements): the vCPU runs its recorded blocks itself.
-    if may_record && std::env::var_os("PTTRACE_ENCODER").is_none_or(|v| v != "0") {
+    // The encoder thread helps only with a host CPU to itself: with no more CPUs than vCPUs it
+    // would take turns with them (and a vCPU waiting for a preempted encoder holding its model
+    // is slower than the vCPU running its blocks itself: measured on 2 busy CPUs, b_pt_loop
+    // 1.5-1.9 G guest cycles with the thread, 0.8-1.1 G without). PTTRACE_ENCODER=0/1 decides
+    // instead (tests and measurements).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let encoder = match std::env::var("PTTRACE_ENCODER").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => cpus > smp_vcpus.max(1) as usize,
+    };
+    if may_record && encoder {
         let sh: &'static Shared = SHARED.get().expect("set above");
         let spawned = std::thread::Builder::new().name("pttrace-encoder".into()).spawn(move || sh.encoder_loop());
         if let Err(e) = spawned {
