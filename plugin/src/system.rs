@@ -53,7 +53,7 @@ const OUTPUT_HOLD_BYTES: u64 = 4096;
 /// that grows slowly still reaches memory and the host copy at bounded intervals.
 const OUTPUT_HOLD_BLOCKS: u32 = 1 << 16;
 /// Blocks a vCPU's ring records before the vCPU runs them through the model itself (issue 13).
-const RING_BLOCKS: usize = 4096;
+const RING_BLOCKS: usize = 1024;
 /// Recorded blocks the encoder thread takes from a ring at a time (fewer: it leaves them).
 const ENCODER_CHUNK: usize = 256;
 /// The most Intel PT bytes one recorded block can add (see `Shared::record_budget`): a TNT flush,
