@@ -238,6 +238,10 @@ for elf in "$bin"/t_*.elf; do
       decoder=rtit-decode # the project's RTIT decoder (no public one exists)
       # RTIT carries no mode: `// rtit-decode: --bits N --code16 A-B` tells the decoder.
       decoder_args=$(sed -n 's|^// rtit-decode: *||p' "$top/tests/guest/$name.c" | head -1)
+      for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$decoder_args" | sort -u); do
+        addr=$(nm "${elf%.elf}.elf64" | awk -v s="${sym#@}" '$3 == s { sub(/^0+/, "", $1); print $1 }')
+        decoder_args=${decoder_args//$sym/$addr}
+      done
     fi
     # shellcheck disable=SC2086
     if ! "$tool" "$decoder" "$dir" --thread "$t" $decoder_args >"$dir/decoded-$t.txt" 2>"$dir/decode-$t.err"; then

@@ -44,7 +44,7 @@ USAGE:
         rtit_ctl= in the meta.txt next to FILE. Exit 1 if a packet does not
         parse.
 
-    pttrace rtit-decode DIR [--thread N] [--summary] [--bits N] [--code16 A-B[,A-B..]]
+    pttrace rtit-decode DIR [--thread N] [--summary] [--bits N] [--code16 A-B[,A-B..]] [--code32 A-B[,A-B..]]
         Reconstruct the executed instructions of every DIR/thread-N.rtit
         (RTIT decoder of pttrace-core, code from DIR/code.img, Cycle_Acc from
         meta.txt rtit_ctl=) and print them as decode does: one address per
@@ -141,6 +141,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     let mut context = None;
     let mut bits = None;
     let mut code16 = Vec::new();
+    let mut code32 = Vec::new();
     let mut out = None;
     let mut only_positional = false;
     while let Some(a) = it.next() {
@@ -163,16 +164,17 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                             _ => return Err(usage_err("rtit-decode: --bits needs 16, 32 or 64")),
                         }
                     }
-                    ("rtit-decode", "--code16") => {
+                    ("rtit-decode", "--code16" | "--code32") => {
+                        let ranges = if o == "--code16" { &mut code16 } else { &mut code32 };
                         let v = it.next().and_then(|v| v.to_str().map(str::to_string)).unwrap_or_default();
                         for r in v.split(',').filter(|r| !r.is_empty()) {
-                            let bad = || usage_err(format!("rtit-decode: --code16: not a hex range list A-B,..: {v:?}"));
+                            let bad = || usage_err(format!("rtit-decode: {o}: not a hex range list A-B,..: {v:?}"));
                             let (a, b) = r.split_once('-').ok_or_else(bad)?;
                             let p = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).map_err(|_| bad());
-                            code16.push((p(a)?, p(b)?));
+                            ranges.push((p(a)?, p(b)?));
                         }
-                        if code16.len() > 4 {
-                            return Err(usage_err("rtit-decode: at most 4 --code16 ranges"));
+                        if ranges.len() > 4 {
+                            return Err(usage_err(format!("rtit-decode: at most 4 {o} ranges")));
                         }
                     }
                     ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
@@ -225,6 +227,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                 summary_only: summary,
                 bits,
                 code16,
+                code32,
             },
         },
         _ => {

@@ -359,6 +359,8 @@ pub struct DecodeOptions {
     /// carry no mode).
     pub bits: Option<u32>,
     pub code16: Vec<(u64, u64)>,
+    /// rtit-decode: ranges of 32-bit code (compatibility mode) under a 64-bit default.
+    pub code32: Vec<(u64, u64)>,
 }
 
 /// `pttrace decode DIR`. Returns the exit status.
