@@ -1259,6 +1259,12 @@ impl Shared {
             let ecx = v.regs.get("rcx").unwrap_or(0) as u32 & !(1 << 15);
             let pdcm = v.pmu.caps().perf_capabilities().is_some();
             v.regs.set("rcx", u64::from(ecx | (u32::from(pdcm) << 15)));
+            if let Some(sig) = self.opts.signature {
+                // The family/model/stepping of the part the profile models (EAX[31:28] and
+                // [15:14] are reserved and kept).
+                let eax = v.regs.get("rax").unwrap_or(0) as u32;
+                v.regs.set("rax", u64::from((eax & 0xF000_C000) | sig.cpuid_01_eax()));
+            }
         }
         match leaf {
             0 => {
