@@ -131,6 +131,27 @@ for elf in "$bin"/t_*.elf; do
     fi
     mem_note="${mem_note:+$mem_note; }second run byte-identical"
   fi
+  if grep -q '^// host-check: dis-tnt' "$top/tests/guest/$name.c"; then
+    # IA32_RTIT_CTL.DisTNT (issue 15): libipt's packet decoder reads the whole stream and finds
+    # no TNT packet but the TIPs; meta.txt says dis_tnt=1 and the instruction decoder refuses to
+    # walk code whose conditional branches left no trace.
+    if ! "$tool" dump --libipt "$dir/thread-1.pt" >"$dir/dump-libipt.txt" 2>"$dir/dump-libipt.err"; then
+      echo "FAIL $name: libipt's packet decoder: $(head -1 "$dir/dump-libipt.err")"; fail=1; continue
+    fi
+    ntnt=$(awk '$2 ~ /^tnt/' "$dir/dump-libipt.txt" | wc -l)
+    ntip=$(awk '$2 == "tip"' "$dir/dump-libipt.txt" | wc -l)
+    if [ "$ntnt" != 0 ] || [ "$ntip" -lt 15 ]; then
+      echo "FAIL $name: $ntnt TNT and $ntip TIP packets in the stream (expected none and 15)"; fail=1; continue
+    fi
+    if ! grep -qx 'dis_tnt=1' "$dir/meta.txt"; then
+      echo "FAIL $name: meta.txt does not record dis_tnt=1"; fail=1; continue
+    fi
+    if "$tool" decode "$dir" >/dev/null 2>"$dir/decode.err" || ! grep -q 'DisTNT' "$dir/decode.err"; then
+      echo "FAIL $name: pttrace decode did not refuse the DisTNT trace"; fail=1; continue
+    fi
+    echo "ok   $name: PASS in the guest${mem_note:+; $mem_note}; libipt packet decoder: $ntip TIP, 0 TNT; meta.txt dis_tnt=1, decode refused"
+    continue
+  fi
   if grep -q '^// host-check: rtit-buffovf' "$top/tests/guest/$name.c"; then
     nb=$("$tool" rtit-dump "$dir/thread-1.rtit" 2>/dev/null | grep -c -i 'BuffOvf')
     if [ "$nb" -lt 1 ]; then

@@ -490,3 +490,60 @@ fn pip_of_a_cr3_with_lam_bits_carries_only_the_address_bits() {
     let log = t.take_packet_log();
     assert!(log.iter().any(|p| matches!(p, Packet::Pip { cr3: 0x1000, .. })), "{log:?}");
 }
+
+// ---- IA32_RTIT_CTL[55] DisTNT (CPUID.(14H,0):EBX[8]) ----
+
+#[test]
+fn dis_tnt_loop_sends_no_tnt_and_the_indirect_jump_still_sends_its_tip() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_dis_tnt(true);
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    let jcc = BranchKind::Conditional { target: 0x401000 };
+    for _ in 0..7 {
+        t.branch(0x401010, 0x401012, jcc, 0x401000);
+    }
+    t.branch(0x401010, 0x401012, jcc, 0x401012);
+    t.branch(0x401012, 0x401014, BranchKind::IndirectJump, 0x401800);
+    assert_eq!(packets(&mut t), with_psb(&[M64, TipPge(ip(C::Update32, 0x401000)), Tip(ip(C::Update16, 0x1800))]));
+    assert_eq!(t.stats().tnt_bits, 0);
+}
+
+#[test]
+fn dis_tnt_compressed_ret_sends_nothing_and_noretcomp_ret_sends_its_tip() {
+    for dis_retc in [false, true] {
+        let mut cfg = user_cfg();
+        cfg.ctl.set_dis_tnt(true).set_dis_retc(dis_retc);
+        let mut t = tracer(cfg, Context::USER64);
+        t.enable(0x401000);
+        t.branch(0x401000, 0x401002, BranchKind::IndirectCall, 0x402000);
+        t.branch(0x402000, 0x402001, BranchKind::Return, 0x401002);
+        let mut want = vec![M64, TipPge(ip(C::Update32, 0x401000)), Tip(ip(C::Update16, 0x2000))];
+        if dis_retc {
+            want.push(Tip(ip(C::Update16, 0x1002)));
+        }
+        assert_eq!(packets(&mut t), with_psb(&want), "DisRETC = {dis_retc}");
+    }
+}
+
+#[test]
+fn dis_tnt_conditional_branch_leaving_the_filter_range_still_sends_tip_pgd() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_dis_tnt(true).set_addr_cfg(0, AddrCfg::Filter);
+    cfg.addr[0] = AddrRange { a: 0x401000, b: 0x401fff };
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    t.branch(0x401010, 0x401012, BranchKind::Conditional { target: 0x401000 }, 0x401000);
+    t.branch(0x401010, 0x401012, BranchKind::Conditional { target: 0x405000 }, 0x405000);
+    assert_eq!(packets(&mut t), with_psb(&[M64, TipPge(ip(C::Update32, 0x401000)), TipPgd(NOIP)]));
+}
+
+#[test]
+fn dis_tnt_direct_steady_shortcut_is_not_taken() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_dis_tnt(true);
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    // The steady-state shortcut records TNT bits: with DisTNT the general path must run.
+    assert!(!t.direct_steady(0x401000, true, true, 0));
+}

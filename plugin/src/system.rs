@@ -29,6 +29,7 @@ use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
 use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
+use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
@@ -393,6 +394,9 @@ pub struct Shared {
     /// Address of the last instruction that started, stored inline when a block's last
     /// instruction starts: tells whether QEMU left the block before its end.
     last_started: PerVcpuU64,
+    /// OR of the IA32_RTIT_CTL values of every enabling WRMSR of the run (meta.txt records the
+    /// settings a decoder must know, e.g. DisTNT).
+    ctl_used: AtomicU64,
     /// Scoreboards never move (at most 16 vCPUs): a vCPU may keep pointers to its entries.
     fixed_scoreboards: bool,
     out: Option<Output>,
@@ -1510,6 +1514,7 @@ impl Shared {
                 let restored = if self.opts.caps.psb_cyc { v.msrs.status.packet_byte_cnt() } else { 0 };
                 v.tracer.set_packet_byte_count(u64::from(restored));
                 let ctl = v.msrs.ctl;
+                self.ctl_used.fetch_or(ctl.0, Ordering::Relaxed);
                 // With STATUS.Stopped or STATUS.Error already set, TriggerEn stays 0: no packets
                 // and no output until software clears them (SDM §33.2.7.2 ToPA errors, TraceStop).
                 let blocked = v.msrs.status.stopped() || v.msrs.status.error();
@@ -1786,7 +1791,11 @@ impl Shared {
                 Err(e) => eprintln!("pttrace: host copy of the trace incomplete: {e}"),
                 // Every stream is complete: say so (a directory without end= was cut short).
                 Ok(()) => {
-                    let meta = format!("{}end=exit\n", system_meta(&self.opts));
+                    let meta = format!(
+                        "{}{}end=exit\n",
+                        system_meta(&self.opts),
+                        decoder_meta(RtitCtl(self.ctl_used.load(Ordering::Relaxed)))
+                    );
                     if let Err(e) = crate::output::replace_file(&dir.join("meta.txt"), meta.as_bytes()) {
                         eprintln!("pttrace: writing meta.txt: {e}");
                     }
@@ -1799,6 +1808,18 @@ impl Shared {
 /// meta.txt of a full-system run (`end=` is added once every stream is complete).
 fn system_meta(opts: &SystemOptions) -> String {
     format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","))
+}
+
+/// meta.txt lines for the IA32_RTIT_CTL settings that change how a trace decodes, from the OR
+/// of every enabling CTL value of the run; nothing for traces without them (older meta.txt
+/// files stay as they were).
+fn decoder_meta(used: RtitCtl) -> String {
+    let mut m = String::new();
+    if used.dis_tnt() {
+        // IA32_RTIT_CTL[55] DisTNT: no TNT packets, the instruction flow cannot be walked.
+        m.push_str("dis_tnt=1\n");
+    }
+    m
 }
 
 /// What became of the #UD QEMU raised for an RDPMC.
@@ -1893,6 +1914,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
         vcpus: (0..MAX_VCPUS).map(|_| VcpuCell::new(None)).collect(),
         code: crate::output::CodeImageV1::default(),
         last_started: PerVcpuU64::new(),
+        ctl_used: AtomicU64::new(0),
         // QEMU allocates scoreboards for 16 vCPUs and moves them only when a vCPU with a higher
         // index appears (plugins/core.c, plugin_grow_scoreboards__locked).
         fixed_scoreboards: max_vcpus <= 16,

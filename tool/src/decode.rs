@@ -383,6 +383,16 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             dir.threads.clone()
         }
     };
+    if dir.meta.get("dis_tnt") == Some("1") {
+        // IA32_RTIT_CTL[55] DisTNT: conditional branches (and compressed RETs) left no packet,
+        // so the code cannot be walked (perf forces its "quick" mode for such traces); libipt
+        // 2.1 has no configuration flag for it and would fail at the first conditional branch.
+        return Err(ToolError::input(format!(
+            "{}: the trace was taken with IA32_RTIT_CTL.DisTNT = 1 (meta.txt dis_tnt=1): without TNT packets the \
+             instruction flow cannot be reconstructed; `pttrace dump` lists its TIP/FUP packets",
+            dir.path.display()
+        )));
+    }
     let (code, load) = dir.load_code()?;
     print_load_warnings(dir, &load.warnings);
     let code = Rc::new(code);

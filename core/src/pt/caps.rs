@@ -134,7 +134,7 @@ impl PtCaps {
         power_events: false,
         psb_pmi_preserve: false,
         event_trace: false,
-        dis_tnt: false,
+        dis_tnt: true,
         topa: true,
         topa_multi: true,
         single_range: true,
@@ -223,7 +223,7 @@ mod tests {
         let (c, sig) = PtCaps::profile("sapphirerapids").unwrap();
         assert_eq!(sig.unwrap().cpuid_01_eax(), 0x0008_06F8);
         assert_eq!(c.cpuid_14(1), [0x0249_0002, 0x003F_3FFF, 0, 0]);
-        assert_eq!(c.cpuid_14(0)[2], 0x7);
+        assert_eq!(c.cpuid_14(0), [1, 0x10F, 0x7, 0]);
         // PTWRITE is never enumerated: QEMU's TCG has no PTWRITE instruction.
         assert_eq!(c.cpuid_14(0)[1] & (1 << 4), 0);
         assert_eq!(c.phys_addr_reserved_mask(), 0xFFFF_C000_0000_0000);

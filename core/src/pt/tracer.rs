@@ -470,11 +470,13 @@ impl Tracer {
 
     /// No internal buffer, no ADDRn range in use (FilterEn = 1, no TraceStop), no MTC and no
     /// CYC: a near branch with PacketEn = 1 produces only its COFI packets (`branch`).
+    /// DisTNT clear as well: `direct_steady` records TNT bits unconditionally.
     fn steady(&self) -> bool {
         const CYC_EN: u64 = 1 << 1;
         const MTC_EN: u64 = 1 << 9;
         const ADDR_CFG: u64 = 0xFFFF << 32;
-        self.ibuf.is_none() && self.cfg.ctl.0 & (CYC_EN | MTC_EN | ADDR_CFG) == 0 && !self.no_shortcuts
+        const DIS_TNT: u64 = 1 << 55;
+        self.ibuf.is_none() && self.cfg.ctl.0 & (CYC_EN | MTC_EN | ADDR_CFG | DIS_TNT) == 0 && !self.no_shortcuts
     }
 
     /// TriggerEn = TraceEn & !Stopped (no PTTT/trigger inputs are modelled).
@@ -549,7 +551,15 @@ impl Tracer {
         self.emit_raw(make(payload));
     }
 
+    /// One conditional-branch or compressed-RET result. IA32_RTIT_CTL[55] DisTNT (CPUID.(14H,0):
+    /// EBX[8]): no TNT packets at all; a RET that RET compression covers then produces no
+    /// packet either (perf's Documentation/perf-intel-pt.txt, "notnt": without TNT packets
+    /// "FUP, TIP, TIP.PGE and TIP.PGD packets still indicate asynchronous control flow, and (if
+    /// return compression is disabled - see noretcomp) return statements").
     fn tnt_bit(&mut self, taken: bool) {
+        if self.cfg.ctl.dis_tnt() {
+            return;
+        }
         self.stats.tnt_bits += 1;
         if let Some((bits, count)) = self.tnt.push(taken) {
             self.emit_tnt(bits, count);

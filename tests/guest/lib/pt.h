@@ -295,4 +295,28 @@ static inline int pt_prev_nonpad(const struct pt_pkt *pk, int i)
             return i;
     return -1;
 }
+
+/* ---- the newer IA32_RTIT_CTL / STATUS bits (profile=sapphirerapids; SDM Table 33-6/33-7) ---- */
+#define RTIT_CTL_PWREVTEN   (1ull << 4)  /* CPUID.(14H,0):EBX[5] power event trace */
+#define RTIT_CTL_FUPONPTW   (1ull << 5)  /* EBX[4] PTWRITE */
+#define RTIT_CTL_PTWEN      (1ull << 12) /* EBX[4] PTWRITE */
+#define RTIT_CTL_EVENTEN    (1ull << 31) /* EBX[7] event trace */
+#define RTIT_CTL_DISTNT     (1ull << 55) /* EBX[8] TNT disable */
+#define RTIT_CTL_INJECTPSBPMI (1ull << 56) /* EBX[6] PSB and PMI preservation */
+#define RTIT_STATUS_PENDPSB     (1ull << 6)
+#define RTIT_STATUS_PENDTOPAPMI (1ull << 7)
+
+/* The non-PAD packets after the first PSB+ (PSB ... PSBEND) of pk[0..n): their kinds in order,
+ * into out[0..max); returns the count. */
+static inline int pt_after_psb(const struct pt_pkt *pk, int n, const struct pt_pkt **out, int max)
+{
+    int i = 0, m = 0;
+    while (i < n && pk[i].kind != PT_PSBEND)
+        i++;
+    for (i++; i < n && m < max; i++)
+        if (pk[i].kind != PT_PAD)
+            out[m++] = &pk[i];
+    return m;
+}
 #endif
+
