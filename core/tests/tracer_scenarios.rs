@@ -547,3 +547,36 @@ fn dis_tnt_direct_steady_shortcut_is_not_taken() {
     // The steady-state shortcut records TNT bits: with DisTNT the general path must run.
     assert!(!t.direct_steady(0x401000, true, true, 0));
 }
+
+// ---- PSB preservation: IA32_RTIT_STATUS[6] PendPSB with InjectPsbPmiOnEnable ----
+
+#[test]
+fn restored_packet_byte_count_continues_the_period_without_psb_at_enable() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.set_packet_byte_count(2040);
+    t.enable(0x401000);
+    assert_eq!(packets(&mut t), vec![M64, TipPge(ip(C::Update32, 0x401000))]);
+    assert!(!t.psb_due(), "2040 + 7 bytes: one short of the 2 KiB period");
+}
+
+#[test]
+fn pend_psb_inserts_psb_plus_at_enable_whatever_packet_byte_count_holds() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.set_packet_byte_count(2040);
+    t.inject_psb_at_enable();
+    t.enable(0x401000);
+    assert_eq!(packets(&mut t), with_psb(&[M64, TipPge(ip(C::Update32, 0x401000))]));
+    assert!(!t.psb_due());
+}
+
+#[test]
+fn psb_due_after_the_disabling_fup_and_tip_pgd_cross_the_period() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.set_packet_byte_count(2040);
+    t.enable(0x401000);
+    t.disable(0x401010);
+    // MODE.Exec 2 + TIP.PGE 5 + FUP 3 + TIP.PGD 1: 2051 bytes, no PSB+ inserted.
+    assert_eq!(t.packet_byte_count(), 2051);
+    assert!(t.psb_due());
+    assert!(!packets(&mut t).contains(&Psb));
+}

@@ -1196,7 +1196,7 @@ impl Shared {
     /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] and a PMI through the
     /// local APIC's performance-counter LVT, as a performance-monitoring overflow would.
     fn raise_topa_pmi(&self, v: &mut Vcpu) {
-        v.msrs.set_topa_pmi();
+        v.msrs.topa_pmi_triggered();
         v.pmu.set_topa_pmi();
         Self::deliver_pmi();
     }
@@ -1513,6 +1513,11 @@ impl Shared {
                 // SDM Table 33-11, EBX[1] = 0: "a PSB is always generated" when TraceEn is set.
                 let restored = if self.opts.caps.psb_cyc { v.msrs.status.packet_byte_cnt() } else { 0 };
                 v.tracer.set_packet_byte_count(u64::from(restored));
+                // PSB and PMI preservation (CPUID.(14H,0):EBX[6], InjectPsbPmiOnEnable).
+                let (inject_psb, inject_pmi) = v.msrs.enable_injections();
+                if inject_psb {
+                    v.tracer.inject_psb_at_enable();
+                }
                 let ctl = v.msrs.ctl;
                 self.ctl_used.fetch_or(ctl.0, Ordering::Relaxed);
                 // With STATUS.Stopped or STATUS.Error already set, TriggerEn stays 0: no packets
@@ -1532,11 +1537,16 @@ impl Shared {
                     v.tracer.take_output();
                 }
                 self.drain(v);
+                if inject_pmi {
+                    // STATUS.PendTopaPMI at the enable: the ToPA PMI is pended anew.
+                    self.raise_topa_pmi(v);
+                }
             }
             Ok(WriteEffect::TraceDisabled) => {
                 // Everything buffered reaches memory before the WRMSR completes, so the guest
                 // reads a complete stream and final pointers right after it.
                 v.tracer.write_ctl(ip, nlip, v.msrs.ctl);
+                v.msrs.trace_disabled(v.tracer.psb_due());
                 self.flush_output(v);
                 v.output.stop();
                 v.output_active = false;

@@ -178,6 +178,8 @@ pub struct Tracer {
     full_ip_next: bool,
     /// `without_shortcuts`: every event takes the general path (the reference for tests).
     no_shortcuts: bool,
+    /// The next enable inserts a PSB+ even with a non-zero PacketByteCnt (PendPSB).
+    inject_psb: bool,
 }
 
 impl Tracer {
@@ -210,6 +212,7 @@ impl Tracer {
             last_ovf_fup: None,
             full_ip_next: false,
             no_shortcuts: false,
+            inject_psb: false,
         }
     }
 
@@ -690,7 +693,7 @@ impl Tracer {
         // trace context), continues the running period instead (shared/reference/pt-packets.md §4;
         // the SDM text read so far is not explicit about this case).
         let preset = std::mem::take(&mut self.preset_psb_bytes);
-        if preset == 0 {
+        if preset == 0 || std::mem::take(&mut self.inject_psb) {
             self.psb_plus(None);
         } else {
             self.psb_bytes = preset;
@@ -744,6 +747,21 @@ impl Tracer {
     /// Bytes written since the last PSB (IA32_RTIT_STATUS.PacketByteCnt).
     pub fn packet_byte_count(&self) -> u64 {
         self.psb_bytes
+    }
+
+    /// PacketByteCnt reached the PSBFreq period and the PSB+ has not been inserted yet (it
+    /// follows at the next instruction boundary while tracing; with TraceEn cleared it stays
+    /// due: IA32_RTIT_STATUS.PendPSB with InjectPsbPmiOnEnable).
+    pub fn psb_due(&self) -> bool {
+        self.psb_bytes >= self.cfg.ctl.psb_period_bytes()
+    }
+
+    /// IA32_RTIT_STATUS.PendPSB = 1 and InjectPsbPmiOnEnable = 1 at the next TraceEn 0 -> 1
+    /// (only while TraceEn = 0): that enable inserts a PSB+ whatever PacketByteCnt holds.
+    pub fn inject_psb_at_enable(&mut self) {
+        if !self.cfg.ctl.trace_en() {
+            self.inject_psb = true;
+        }
     }
 
     /// Software wrote IA32_RTIT_STATUS.PacketByteCnt (only while TraceEn = 0); the next enable
