@@ -277,6 +277,25 @@ for elf in "$bin"/t_*.elf; do
   if [ -n "$bad" ] || [ -z "$counts" ]; then
     echo "FAIL $name: decoded flow differs from the ground truth for vCPU stream(s)${bad:- (none compared)}"; fail=1; continue
   fi
+  events_want=$(sed -n 's|^// host-check: events *||p' "$top/tests/guest/$name.c" | head -1)
+  if [ -n "$events_want" ]; then
+    # The events libipt reports while decoding vCPU 0's stream (`pttrace decode --events`, ptxed
+    # notation), in order, must be exactly these ('|'-separated; @SYMBOL is the symbol's address).
+    want=""
+    while IFS= read -r ev; do
+      while [[ $ev =~ @([A-Za-z_][A-Za-z0-9_]*) ]]; do
+        sym=${BASH_REMATCH[1]}
+        addr=$(nm "${elf%.elf}.elf64" | awk -v s="$sym" '$3 == s { sub(/^0+/, "", $1); print $1 }')
+        ev=${ev/@$sym/$addr}
+      done
+      want="$want$ev"$'\n'
+    done < <(tr '|' '\n' <<<"$events_want")
+    got=$("$tool" decode "$dir" --thread 1 --events 2>/dev/null | sed -n 's/^\[\(.*\)\]$/\1/p')
+    if [ "$got" != "${want%$'\n'}" ]; then
+      echo "FAIL $name: libipt's events: got '$(tr '\n' '|' <<<"$got")', expected '$(tr '\n' '|' <<<"${want%$'\n'}")'"; fail=1; continue
+    fi
+    counts="$counts; libipt events: $(tr '\n' '|' <<<"$got" | sed 's/|$//')"
+  fi
   echo "ok   $name: PASS in the guest${mem_note:+; $mem_note}; instructions decoded = ground truth: $counts${rtit_note:-}"
 done
 echo "guest tests: $n run, $compared instructions and $bts_compared BTS records compared with the ground truth, result: $([ $fail = 0 ] && echo PASS || echo FAIL)"

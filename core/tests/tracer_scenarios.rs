@@ -580,3 +580,76 @@ fn psb_due_after_the_disabling_fup_and_tip_pgd_cross_the_period() {
     assert!(t.psb_due());
     assert!(!packets(&mut t).contains(&Psb));
 }
+
+// ---- power event trace: IA32_RTIT_CTL[4] PwrEvtEn ----
+
+fn kernel_pwr_cfg(pwr: bool, branch: bool) -> TraceConfig {
+    let mut ctl = RtitCtl::default();
+    ctl.set_os(true).set_branch_en(branch).set_pwr_evt_en(pwr);
+    TraceConfig { ctl, ..TraceConfig::default() }
+}
+
+#[test]
+fn hlt_woken_by_an_interrupt_pwre_exstop_ip_fup_then_pwrx_before_the_interrupt_fup_tip() {
+    let mut t = tracer(kernel_pwr_cfg(true, true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.branch(0x101000, 0x101002, BranchKind::Conditional { target: 0x101010 }, 0x101010);
+    t.halt(0x101010);
+    t.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101011 }, 0x102000, Context::KERNEL64);
+    let p = packets(&mut t);
+    let after_pge = &p[p.iter().position(|x| matches!(x, TipPge(_))).unwrap() + 1..];
+    assert_eq!(
+        after_pge,
+        &[
+            Tnt { bits: 1, count: 1 },
+            Pwre { state: 0, sub_state: 0, hw: false },
+            Exstop { ip: true },
+            Fup(ip(C::Update16, 0x1010)),
+            Pwrx { last: 0, deepest: 0, wake: 1 },
+            Fup(ip(C::Update16, 0x1011)),
+            Tip(ip(C::Update16, 0x2000)),
+        ]
+    );
+}
+
+#[test]
+fn hlt_without_branch_tracing_exstop_has_no_ip_and_no_fup() {
+    let mut t = tracer(kernel_pwr_cfg(true, false), Context::KERNEL64);
+    t.enable(0x101000);
+    t.halt(0x101010);
+    t.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101011 }, 0x102000, Context::KERNEL64);
+    let p = packets(&mut t);
+    let after = &p[p.iter().position(|x| *x == PsbEnd).unwrap() + 1..];
+    assert_eq!(after, &[Pwre { state: 0, sub_state: 0, hw: false }, Exstop { ip: false }, Pwrx { last: 0, deepest: 0, wake: 1 }]);
+}
+
+#[test]
+fn hlt_without_pwr_evt_en_sends_no_power_packets() {
+    let mut t = tracer(kernel_pwr_cfg(false, true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.halt(0x101010);
+    t.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+    assert!(!packets(&mut t).iter().any(|p| matches!(p, Pwre { .. } | Pwrx { .. } | Exstop { .. })));
+}
+
+#[test]
+fn mwait_c6_hints_precede_pwre_with_the_hinted_state() {
+    let mut t = tracer(kernel_pwr_cfg(true, true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.mwait(0x101010, 0x50, 1);
+    t.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+    let p = packets(&mut t);
+    let after_pge = &p[p.iter().position(|x| matches!(x, TipPge(_))).unwrap() + 1..];
+    assert_eq!(
+        after_pge,
+        &[
+            Mwait { hints: 0x50, ext: 1 },
+            Pwre { state: 5, sub_state: 0, hw: false },
+            Exstop { ip: true },
+            Fup(ip(C::Update16, 0x1010)),
+            Pwrx { last: 5, deepest: 5, wake: 1 },
+        ]
+    );
+}

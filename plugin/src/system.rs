@@ -1263,6 +1263,14 @@ impl Shared {
             let ecx = v.regs.get("rcx").unwrap_or(0) as u32 & !(1 << 15);
             let pdcm = v.pmu.caps().perf_capabilities().is_some();
             v.regs.set("rcx", u64::from(ecx | (u32::from(pdcm) << 15)));
+            if self.opts.caps.power_events {
+                // CPUID.1:ECX[3] MONITOR/MWAIT: QEMU's TCG MWAIT halts like HLT on one vCPU and
+                // is a no-op with several, and MONITOR arms nothing, so the MWAIT power events
+                // (MWAIT hints, the hinted C-state, wake by a store) cannot be faithful: a part
+                // with power event trace advertises no MONITOR/MWAIT here (README "Newest parts").
+                let ecx = v.regs.get("rcx").unwrap_or(0);
+                v.regs.set("rcx", ecx & !(1 << 3));
+            }
             if let Some(sig) = self.opts.signature {
                 // The family/model/stepping of the part the profile models (EAX[31:28] and
                 // [15:14] are reserved and kept).
@@ -1412,6 +1420,9 @@ impl Shared {
                 // clock restarts at the next block, after the wake-up).
                 self.count_to(v, ip);
                 v.cycle_clock = None;
+                // Power event trace: the core enters C1 until an interrupt (`on_discon` sends
+                // the PWRX). Before `store_held`: the packets reach memory during the halt.
+                v.tracer.halt(ip);
                 self.store_held(v);
             }
         }
@@ -1716,6 +1727,9 @@ impl Shared {
                 let _ = writeln!(crate::user::HexLine(t), "#event {from:x} {to:x}");
             }
             sh.update_tsc(v);
+            // An interrupt ends a HLT's C1 (power event trace: PWRX before the interrupt's FUP
+            // and TIP; nothing unless a PWRE was sent).
+            v.tracer.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
             // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven };
             let last_started = sh.last_started.take(vcpu, u64::MAX);

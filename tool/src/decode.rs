@@ -99,11 +99,30 @@ pub fn decode_stream<F, E>(
     code: &Rc<CodeImage>,
     thread: u32,
     cpu: Option<(u16, u8, u8)>,
+    on_ip: F,
+    on_error: E,
+) -> io::Result<StreamStats>
+where
+    F: FnMut(u64) -> io::Result<()>,
+    E: FnMut(&DecodeError),
+{
+    decode_stream_with_events(trace, code, thread, cpu, on_ip, |_| Ok(()), on_error)
+}
+
+/// [`decode_stream`], and `on_event` receives the events libipt reports that have a text
+/// (the power events, ptxed notation) in flow order: before the instruction they bind to.
+pub fn decode_stream_with_events<F, V, E>(
+    trace: &[u8],
+    code: &Rc<CodeImage>,
+    thread: u32,
+    cpu: Option<(u16, u8, u8)>,
     mut on_ip: F,
+    mut on_event: V,
     mut on_error: E,
 ) -> io::Result<StreamStats>
 where
     F: FnMut(u64) -> io::Result<()>,
+    V: FnMut(&str) -> io::Result<()>,
     E: FnMut(&DecodeError),
 {
     let mut ctx = Ctx {
@@ -140,6 +159,9 @@ where
         while status.event_pending() {
             match dec.event() {
                 Ok((event, st)) => {
+                    if let Some(t) = event.text.as_ref() {
+                        on_event(t.as_str())?;
+                    }
                     if event.is_overflow() {
                         ctx.stats.overflows += 1;
                         ovf_ordinal += 1;
@@ -355,6 +377,8 @@ pub struct DecodeOptions {
     pub thread: Option<u32>,
     /// Only print the per-thread summary (stderr).
     pub summary_only: bool,
+    /// Also print the events libipt reports (power events), one `[...]` line each, ptxed style.
+    pub events: bool,
     /// rtit-decode: the code's bitness (default 64) and ranges of 16-bit code (RTIT streams
     /// carry no mode).
     pub bits: Option<u32>,
@@ -409,7 +433,8 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             writeln!(out, "thread {n}").map_err(out_err)?;
         }
         let mut printed = 0;
-        let res = decode_stream(
+        let sink = std::cell::RefCell::new(&mut *out);
+        let res = decode_stream_with_events(
             &trace,
             &code,
             n,
@@ -418,7 +443,14 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
                 if opts.summary_only {
                     Ok(())
                 } else {
-                    write_hex_line(out, ip)
+                    write_hex_line(&mut **sink.borrow_mut(), ip)
+                }
+            },
+            |text| {
+                if opts.events && !opts.summary_only {
+                    writeln!(sink.borrow_mut(), "[{text}]")
+                } else {
+                    Ok(())
                 }
             },
             |e| {

@@ -180,6 +180,8 @@ pub struct Tracer {
     no_shortcuts: bool,
     /// The next enable inserts a PSB+ even with a non-zero PacketByteCnt (PendPSB).
     inject_psb: bool,
+    /// The C-state (MWAIT-hint encoding) a traced PWRE reported and no PWRX has closed yet.
+    sleep_state: Option<u8>,
 }
 
 impl Tracer {
@@ -213,6 +215,7 @@ impl Tracer {
             full_ip_next: false,
             no_shortcuts: false,
             inject_psb: false,
+            sleep_state: None,
         }
     }
 
@@ -1055,6 +1058,54 @@ impl Tracer {
             _ => {}
         }
         self.maybe_psb(ip);
+    }
+
+    // ---- power event trace (IA32_RTIT_CTL[4] PwrEvtEn, CPUID.(14H,0):EBX[5]) ----
+
+    /// HLT at `ip` retired and the core enters C1 until an interrupt wakes it. With PwrEvtEn and
+    /// TriggerEn (SDM §33.2.3 "Power Event Tracing"; libipt mwait-pwre-exstop_ip-pwrx.ptt and
+    /// mwait-pwre-exstop_ip-pwre-pwrx.ptt for the order): PWRE(C1, sub-state 0, HW = 0: entered by
+    /// software), EXSTOP, and when PacketEn the EXSTOP carries IP = 1 and a FUP with the IP of the
+    /// HLT follows (the decoder binds the event to that instruction). HLT enters C1 and nothing
+    /// deeper in this model (no C-state policy: the core stays in C1 for the whole halt).
+    pub fn halt(&mut self, ip: u64) {
+        self.power_entry(ip, None, super::packet::CSTATE_C1, 0);
+    }
+
+    /// MWAIT at `ip` with hints EAX = `hints` and extensions ECX = `ext` entered the C-state the
+    /// hints name (EAX[7:4] C-state - 1, EAX[3:0] sub-state): MWAIT, PWRE, EXSTOP (+ FUP), as
+    /// `halt`.
+    pub fn mwait(&mut self, ip: u64, hints: u32, ext: u32) {
+        let state = ((hints >> 4) & 0xF) as u8;
+        let sub = (hints & 0xF) as u8;
+        self.power_entry(ip, Some((hints, ext)), state, sub);
+    }
+
+    fn power_entry(&mut self, ip: u64, mwait: Option<(u32, u32)>, state: u8, sub_state: u8) {
+        self.service_overflow();
+        if !(self.trigger_en() && self.cfg.ctl.pwr_evt_en()) {
+            return;
+        }
+        if let Some((hints, ext)) = mwait {
+            self.emit(Packet::Mwait { hints, ext });
+        }
+        self.emit(Packet::Pwre { state, sub_state, hw: false });
+        self.emit(Packet::Exstop { ip: self.packet_en });
+        if self.packet_en {
+            self.emit_ip(Packet::Fup, Some(ip));
+        }
+        self.sleep_state = Some(state);
+    }
+
+    /// The core left the C-state of the last `halt`/`mwait` (back in C0) for `wake` (a
+    /// [`super::packet::PWRX_WAKE_INTERRUPT`]-style reason): PWRX with that state as both the
+    /// last and the deepest core C-state. Only after a PWRE (nothing if the entry was not traced);
+    /// the event that woke the core (the interrupt's FUP and TIP) follows.
+    pub fn wake(&mut self, wake: u8) {
+        let Some(state) = self.sleep_state.take() else { return };
+        if self.trigger_en() && self.cfg.ctl.pwr_evt_en() {
+            self.emit(Packet::Pwrx { last: state, deepest: state, wake });
+        }
     }
 
     /// The end of the trace (process exit): pending TNT bits are written out and the internal

@@ -78,7 +78,9 @@ static inline int pt_has_psb(const uint8_t *p)
 #endif
 
 enum pt_kind { PT_PAD, PT_PSB, PT_PSBEND, PT_TNT, PT_TIP, PT_TIP_PGE, PT_TIP_PGD, PT_FUP,
-               PT_MODE, PT_PIP, PT_CBR, PT_TSC, PT_TRACESTOP, PT_OVF };
+               PT_MODE, PT_PIP, PT_CBR, PT_TSC, PT_TRACESTOP, PT_OVF,
+               /* power event trace (issue 15) */
+               PT_EXSTOP, PT_MWAIT, PT_PWRE, PT_PWRX };
 struct pt_pkt {
     uint64_t off;      /* offset of the packet in the buffer */
     uint32_t len;      /* its size in bytes */
@@ -126,12 +128,23 @@ static inline int pt_next(struct pt_parser *p, struct pt_pkt *k)
         case 0xF3: k->kind = PT_OVF, k->len = 2; p->last_ip = 0; break;
         case 0x03: k->kind = PT_CBR, k->len = 4; break;
         case 0x43: k->kind = PT_PIP, k->len = 8; break;
+        case 0x62: case 0xE2: k->kind = PT_EXSTOP, k->len = 2; break; /* val: IP bit */
+        case 0xC2: k->kind = PT_MWAIT, k->len = 10; break;            /* val: hints | ext << 32 */
+        case 0x22: k->kind = PT_PWRE, k->len = 4; break;              /* val: payload[15:0] */
+        case 0xA2: k->kind = PT_PWRX, k->len = 7; break;              /* val: payload[15:0] */
         default: return -1;
         }
         if (left < k->len)
             return -1;
         if (k->kind == PT_CBR)
             k->val = b[2];
+        if (k->kind == PT_EXSTOP)
+            k->val = b[1] >> 7;
+        if (k->kind == PT_PWRE || k->kind == PT_PWRX)
+            k->val = b[2] | (uint64_t)b[3] << 8;
+        if (k->kind == PT_MWAIT)
+            for (int i = 7; i >= 0; i--)
+                k->val = k->val << 8 | b[2 + i];
         if (k->kind == PT_PIP) {
             uint64_t f = 0;
             for (int i = 5; i >= 0; i--)
@@ -183,7 +196,8 @@ static inline int pt_next(struct pt_parser *p, struct pt_pkt *k)
 static inline const char *pt_kind_name(enum pt_kind k)
 {
     static const char *const names[] = { "PAD", "PSB", "PSBEND", "TNT", "TIP", "TIP.PGE",
-        "TIP.PGD", "FUP", "MODE", "PIP", "CBR", "TSC", "TraceStop", "OVF" };
+        "TIP.PGD", "FUP", "MODE", "PIP", "CBR", "TSC", "TraceStop", "OVF", "EXSTOP", "MWAIT",
+        "PWRE", "PWRX" };
     return names[k];
 }
 
@@ -204,7 +218,8 @@ static inline int pt_print(const uint8_t *buf, uint64_t len)
             printf(" %lx", k.ip);
         else if (k.kind >= PT_TIP && k.kind <= PT_FUP)
             printf(" (suppressed)");
-        else if (k.kind == PT_TNT || k.kind == PT_MODE || k.kind == PT_PIP || k.kind == PT_CBR)
+        else if (k.kind == PT_TNT || k.kind == PT_MODE || k.kind == PT_PIP || k.kind == PT_CBR ||
+                 k.kind >= PT_EXSTOP)
             printf(" %lx", k.val);
         printf("\n");
     }
