@@ -291,7 +291,16 @@ for elf in "$bin"/t_*.elf; do
       want="$want$ev"$'\n'
     done < <(tr '|' '\n' <<<"$events_want")
     got=$("$tool" decode "$dir" --thread 1 --events 2>/dev/null | sed -n 's/^\[\(.*\)\]$/\1/p')
-    if [ "$got" != "${want%$'\n'}" ]; then
+    # Line by line; `*` in an expected line matches anything (an interrupt's IP).
+    same=1
+    mapfile -t gl <<<"$got"
+    mapfile -t wl <<<"${want%$'\n'}"
+    [ "${#gl[@]}" = "${#wl[@]}" ] || same=0
+    for k in "${!wl[@]}"; do
+      # shellcheck disable=SC2053
+      [[ ${gl[$k]:-} == ${wl[$k]} ]] || same=0
+    done
+    if [ $same = 0 ]; then
       echo "FAIL $name: libipt's events: got '$(tr '\n' '|' <<<"$got")', expected '$(tr '\n' '|' <<<"${want%$'\n'}")'"; fail=1; continue
     fi
     counts="$counts; libipt events: $(tr '\n' '|' <<<"$got" | sed 's/|$//')"

@@ -653,3 +653,97 @@ fn mwait_c6_hints_precede_pwre_with_the_hinted_state() {
         ]
     );
 }
+
+// ---- Event Trace: IA32_RTIT_CTL[31] EventEn ----
+
+fn event_cfg(event_en: bool) -> TraceConfig {
+    let mut ctl = RtitCtl::default();
+    ctl.set_os(true).set_branch_en(true).set_event_en(event_en);
+    TraceConfig { ctl, ..TraceConfig::default() }
+}
+
+const M64_IF: Packet = ModeExec { mode: ExecMode::Bit64, if_flag: true };
+
+fn after_pge(p: &[Packet]) -> Vec<Packet> {
+    p[p.iter().position(|x| matches!(x, TipPge(_))).unwrap() + 1..].to_vec()
+}
+
+#[test]
+fn event_en_interrupt_cfe_intr_without_ip_attaches_to_its_fup_and_the_gate_clearing_if_in_mode_exec() {
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.set_if(true);
+    t.enable(0x101000);
+    t.cfe_interrupt(0x40, None);
+    t.stage_event_if(false);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101004 }, 0x102000, Context::KERNEL64);
+    let p = packets(&mut t);
+    assert_eq!(p[p.iter().position(|x| matches!(x, TipPge(_))).unwrap() - 1], M64_IF, "MODE.Exec IF = 1 at enable");
+    assert_eq!(
+        after_pge(&p),
+        [
+            Cfe { ip: false, kind: 1, vector: 0x40 },
+            Fup(ip(C::Update16, 0x1004)),
+            M64,
+            Tip(ip(C::Update16, 0x2000)),
+        ]
+    );
+}
+
+#[test]
+fn event_en_page_fault_evd_cr2_precedes_its_cfe() {
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.cfe_interrupt(14, Some(0x8000_0000));
+    t.async_event(AsyncKind::Fault { ip: 0x101000 }, 0x102000, Context::KERNEL64);
+    assert_eq!(
+        after_pge(&packets(&mut t))[..3],
+        [Evd { kind: 0, payload: 0x8000_0000 }, Cfe { ip: false, kind: 1, vector: 14 }, Fup(ip(C::Update16, 0x1000))]
+    );
+}
+
+#[test]
+fn event_en_iret_cfe_iret_fup_of_the_iret_mode_exec_if_then_tip() {
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.enable(0x102000);
+    t.cfe_iret(0x102010);
+    t.stage_if(true);
+    t.far_transfer(FarKind::Iret, 0x101004, Context::KERNEL64);
+    assert_eq!(
+        after_pge(&packets(&mut t)),
+        [Cfe { ip: true, kind: 2, vector: 0 }, Fup(ip(C::Update16, 0x2010)), M64_IF, Tip(ip(C::Update16, 0x1004))]
+    );
+}
+
+#[test]
+fn event_en_sti_mode_exec_if_and_fup_of_the_next_instruction() {
+    // libipt mode_exec-if.ptt: sti -> mode.exec(64bit, if), fup(NLIP); cli -> mode.exec(64bit), fup.
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.stage_if(true);
+    t.if_boundary(0x101001);
+    t.stage_if(true);
+    t.if_boundary(0x101005); // unchanged: nothing
+    t.stage_if(false);
+    t.if_boundary(0x101006);
+    assert_eq!(
+        after_pge(&packets(&mut t)),
+        [M64_IF, Fup(ip(C::Update16, 0x1001)), M64, Fup(ip(C::Update16, 0x1006))]
+    );
+}
+
+#[test]
+fn without_event_en_the_event_trace_calls_send_nothing_and_mode_exec_has_no_if() {
+    let mut t = tracer(event_cfg(false), Context::KERNEL64);
+    t.set_if(true);
+    t.enable(0x101000);
+    t.stage_if(false);
+    t.if_boundary(0x101001);
+    t.cfe_interrupt(0x40, None);
+    t.stage_event_if(false);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101004 }, 0x102000, Context::KERNEL64);
+    t.cfe_iret(0x102010);
+    t.far_transfer(FarKind::Iret, 0x101004, Context::KERNEL64);
+    let p = packets(&mut t);
+    assert!(!p.iter().any(|x| matches!(x, Cfe { .. } | Evd { .. } | ModeExec { if_flag: true, .. })));
+    assert_eq!(after_pge(&p), [Fup(ip(C::Update16, 0x1004)), Tip(ip(C::Update16, 0x2000)), Tip(ip(C::Update16, 0x1004))]);
+}

@@ -46,6 +46,9 @@ fn ignored_bits(p: &Packet, len: usize) -> Option<Vec<u8>> {
             m[5] = 0xFF;
             m[6] = 0xFF;
         }
+        // CFE byte 2 bits 6:5 and EVD byte 2 bits 7:5 are reserved.
+        Packet::Cfe { .. } => m[2] = 0x60,
+        Packet::Evd { .. } => m[2] = 0xE0,
         Packet::Cyc { .. } => return None,
         _ => {}
     }

@@ -127,6 +127,10 @@ impl RetireSink for Retire<'_> {
             // Far transfers are not predicted by the static model (`bts::prediction`).
             l.record(Some(BranchKind::Far(kind)), ip, next, self.pt.context().cpl, true);
         }
+        if kind == FarKind::Iret && self.pt.event_en() {
+            // Event Trace: CFE(IRET) and FUP(the IRET) before the middle packets and TIP.
+            self.pt.cfe_iret(ip);
+        }
         self.pt.far_transfer(kind, next, to);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.far_transfer(ip, nlip, kind, next, to);
@@ -678,9 +682,11 @@ impl Shared {
                 *last_ip,
             );
         }
+        let event_trace_caps = self.opts.caps.event_trace;
         for (i, insn) in tb.instructions().enumerate() {
             let (ip, bytes) = (insns[i].0, insns[i].1.clone());
-            let op = system_op(&bytes, bitness);
+            // CLI only matters to Event Trace: other profiles do not instrument it.
+            let op = system_op(&bytes, bitness).filter(|&o| o != SystemOp::Cli || event_trace_caps);
             if let Some(op) = op {
                 let len = bytes.len() as u64;
                 insn.register_execute_callback_flags(
@@ -808,6 +814,13 @@ impl Shared {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
             v.bts.set_ia32e(lma);
         }
+        // Event Trace: RFLAGS.IF at this block's entry, after whatever the previous block's
+        // last instruction did (a far transfer's MODE.Exec reports it; STI and POPF end QEMU's
+        // block, so a change without a transfer is reported here with FUP(this block)).
+        let event_trace = v.tracer.trace_en() && v.tracer.event_en();
+        if event_trace {
+            v.tracer.stage_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
+        }
         let mut sink = Retire {
             pt: &mut v.tracer,
             rtit: v.rtit.as_mut(),
@@ -821,6 +834,9 @@ impl Shared {
         let far_before = v.flow.stats().far_transfers;
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         let bts_pmi = sink.bts_pmi;
+        if event_trace {
+            v.tracer.if_boundary(pc);
+        }
         if v.pmu.pebs_due() {
             // The previous block's last instruction triggered it: this block's first instruction
             // is the next one, and the registers are those after the trigger.
@@ -1415,6 +1431,18 @@ impl Shared {
             }
             SystemOp::Rdtsc => v.pending.rdtsc = Some(self.raw_clock(v)),
             SystemOp::MovToCr3 => {}
+            SystemOp::Cli => {
+                // Event Trace: CLI clears IF when CPL <= IOPL (else #GP, no change), in the
+                // middle of a block: MODE.Exec(IF = 0) and FUP(NLIP) at the instruction.
+                if v.tracer.trace_en() && v.tracer.event_en() {
+                    let rflags = v.regs.get("eflags").unwrap_or(0);
+                    let cpl = v.regs.get("cs").unwrap_or(0) & 3;
+                    if cpl <= (rflags >> 12) & 3 {
+                        v.tracer.stage_if(false);
+                        v.tracer.if_boundary(ip + len);
+                    }
+                }
+            }
             SystemOp::Hlt => {
                 // CPU_CLK_UNHALTED: cycles up to the HLT count, the halted time does not (the
                 // clock restarts at the next block, after the wake-up).
@@ -1521,6 +1549,10 @@ impl Shared {
                 let ctx = current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven);
                 v.tracer.set_context(ctx);
                 v.tracer.reconfigure(self.trace_config(v));
+                if v.msrs.ctl.event_en() {
+                    // Event Trace: MODE.Exec carries RFLAGS.IF from the PSB+ on.
+                    v.tracer.set_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
+                }
                 // SDM Table 33-11, EBX[1] = 0: "a PSB is always generated" when TraceEn is set.
                 let restored = if self.opts.caps.psb_cyc { v.msrs.status.packet_byte_cnt() } else { 0 };
                 v.tracer.set_packet_byte_count(u64::from(restored));
@@ -1730,6 +1762,15 @@ impl Shared {
             // An interrupt ends a HLT's C1 (power event trace: PWRX before the interrupt's FUP
             // and TIP; nothing unless a PWRE was sent).
             v.tracer.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+            if v.tracer.trace_en() && v.tracer.event_en() {
+                // Event Trace: the vector (the IDT gate whose offset is the handler), CR2 for a
+                // page fault, and RFLAGS.IF in the handler (an interrupt gate cleared it).
+                if let Some(vector) = sh.idt_vector_of(v, to) {
+                    let cr2 = (vector == 14).then(|| v.regs.get("cr2").unwrap_or(0));
+                    v.tracer.cfe_interrupt(vector, cr2);
+                }
+                v.tracer.stage_event_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
+            }
             // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
@@ -1832,6 +1873,23 @@ impl Shared {
 /// meta.txt of a full-system run (`end=` is added once every stream is complete).
 fn system_meta(opts: &SystemOptions) -> String {
     format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","))
+}
+
+impl Shared {
+    /// The vector whose 64-bit IDT gate (SDM Vol. 3A §6.14.1) points at `handler`, from the IDT
+    /// base the guest loaded with LIDT; the lowest one if several gates share the handler, None
+    /// without a readable IDT. (QEMU's discontinuity callback does not report the vector.)
+    fn idt_vector_of(&self, v: &Vcpu, handler: u64) -> Option<u8> {
+        let idt = v.idt_base?;
+        let mut table = vec![0u8; 256 * 16];
+        if !guest::read_vaddr(idt, &mut table) {
+            return None;
+        }
+        (0..256usize).find_map(|n| {
+            let g = pttrace_core::idt::Gate64::parse(table[n * 16..n * 16 + 16].try_into().ok()?);
+            (g.present && g.offset == handler).then_some(n as u8)
+        })
+    }
 }
 
 /// meta.txt lines for the IA32_RTIT_CTL settings that change how a trace decodes, from the OR

@@ -27,9 +27,10 @@ USAGE:
         (lowercase hex, no 0x), each thread preceded by a `thread N` line.
         --thread N   only thread N, without the header line
         --summary    only print the per-thread summary (stderr)
-        --events     also print the power events libipt reports, ptxed style:
-                     `[pwre c1.0]`, `[exstop, ip: ADDR]`, `[pwrx int: c1 (c1)]`,
-                     `[mwait HINTS EXT, ip: ADDR]`, before the instruction they bind to
+        --events     also print the power and Event Trace events libipt reports,
+                     ptxed style: `[pwre c1.0]`, `[exstop, ip: ADDR]`,
+                     `[pwrx int: c1 (c1)]`, `[mwait HINTS EXT, ip: ADDR]`,
+                     `[interrupt VEC[, cr2: ADDR], ip: ADDR]`, `[iret, ip: ADDR]`
         Exit 1 if any stream had a decode error.
 
     pttrace compare DIR [--thread N] [--context K]

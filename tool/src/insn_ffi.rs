@@ -85,7 +85,8 @@ pub struct RawEvent {
     pub kind: u32,
     /// The power event (`ptev_pwre`, `ptev_pwrx`, `ptev_exstop`, `ptev_mwait`) in ptxed's
     /// `--event` notation without the brackets (e.g. `pwre c1.0`, `exstop, ip: 1033b7`,
-    /// `pwrx int: c1 (c1)`); None for other events.
+    /// `pwrx int: c1 (c1)`), or the Event Trace event (`interrupt 40, ip: ...`,
+    /// `interrupt e, cr2: ..., ip: ...`, `iret, ip: ...`); None for other events.
     pub text: Option<EventText>,
 }
 
@@ -150,6 +151,13 @@ fn event_text(ev: &sys::pt_event) -> Option<EventText> {
             sys::pt_event_type_ptev_exstop => {
                 Some(EventText::new(format_args!("exstop{}", ip(ev.variant.exstop.ip))))
             }
+            // Event Trace (CFE/EVD): the vector, CR2 of a page fault, the IP the CFE bound to.
+            sys::pt_event_type_ptev_interrupt => {
+                let i = ev.variant.interrupt;
+                let cr2 = if i.has_cr2() != 0 { format!(", cr2: {:x}", i.cr2) } else { String::new() };
+                Some(EventText::new(format_args!("interrupt {:x}{cr2}{}", i.vector, ip(i.ip))))
+            }
+            sys::pt_event_type_ptev_iret => Some(EventText::new(format_args!("iret{}", ip(ev.variant.iret.ip)))),
             sys::pt_event_type_ptev_mwait => {
                 let m = ev.variant.mwait;
                 Some(EventText::new(format_args!("mwait {:x} {:x}{}", m.hints, m.ext, ip(m.ip))))

@@ -17,8 +17,7 @@ pub struct PtCaps {
     pub ptwrite: bool,
     /// EBX[5] power event trace.
     pub power_events: bool,
-    /// EBX[5] power event trace (IA32_RTIT_CTL[4] PwrEvtEn: PWRE, EXSTOP, PWRX for HLT), EBX[6]
-    /// PSB and PMI preservation (InjectPsbPmiOnEnable).
+    /// EBX[6] PSB and PMI preservation (InjectPsbPmiOnEnable).
     pub psb_pmi_preserve: bool,
     /// EBX[7] event trace (EventEn).
     pub event_trace: bool,
@@ -126,8 +125,9 @@ impl PtCaps {
     /// the Skylake-class base (CPUID.(14H,1) = {0x02490002, 0x003F3FFF}) plus
     /// EBX[5] power event trace (IA32_RTIT_CTL[4] PwrEvtEn: PWRE, EXSTOP, PWRX for HLT), EBX[6]
     /// PSB and PMI preservation (IA32_RTIT_CTL[56] InjectPsbPmiOnEnable, STATUS PendPSB /
-    /// PendTopaPMI) and EBX[8] TNT disable (IA32_RTIT_CTL[55] DisTNT). Not enumerated: EBX[4] PTWRITE (QEMU's
-    /// TCG raises #UD for the PTWRITE instruction, README "Newest parts").
+    /// PendTopaPMI), EBX[7] Event Trace (IA32_RTIT_CTL[31] EventEn: CFE/EVD, MODE.Exec IF) and
+    /// EBX[8] TNT disable (IA32_RTIT_CTL[55] DisTNT). Not enumerated: EBX[4] PTWRITE (QEMU's TCG
+    /// raises #UD for the PTWRITE instruction, README "Newest parts").
     pub const SAPPHIRE_RAPIDS: PtCaps = PtCaps {
         cr3_filter: true,
         psb_cyc: true,
@@ -136,7 +136,7 @@ impl PtCaps {
         ptwrite: false,
         power_events: true,
         psb_pmi_preserve: true,
-        event_trace: false,
+        event_trace: true,
         dis_tnt: true,
         topa: true,
         topa_multi: true,
@@ -226,7 +226,7 @@ mod tests {
         let (c, sig) = PtCaps::profile("sapphirerapids").unwrap();
         assert_eq!(sig.unwrap().cpuid_01_eax(), 0x0008_06F8);
         assert_eq!(c.cpuid_14(1), [0x0249_0002, 0x003F_3FFF, 0, 0]);
-        assert_eq!(c.cpuid_14(0), [1, 0x16F, 0x7, 0]);
+        assert_eq!(c.cpuid_14(0), [1, 0x1EF, 0x7, 0]);
         // PTWRITE is never enumerated: QEMU's TCG has no PTWRITE instruction.
         assert_eq!(c.cpuid_14(0)[1] & (1 << 4), 0);
         assert_eq!(c.phys_addr_reserved_mask(), 0xFFFF_C000_0000_0000);

@@ -484,8 +484,15 @@ fn parse_ext(rest: &[u8]) -> Parsed {
             let b = take(rest, 7)?;
             Ok((7, Packet::Pwrx { last: b[2] >> 4, deepest: b[2] & 0xF, wake: b[3] & 0xF }))
         }
-        ext::CFE => unsupported(rest, OtherPacket::Cfe, 4),
-        ext::EVD => unsupported(rest, OtherPacket::Evd, 11),
+        // Event Trace: CFE (IP[7], type[4:0], vector) and EVD (type[4:0], 8-byte payload).
+        ext::CFE => {
+            let b = take(rest, 4)?;
+            Ok((4, Packet::Cfe { ip: b[2] & 0x80 != 0, kind: b[2] & 0x1F, vector: b[3] }))
+        }
+        ext::EVD => {
+            let b = take(rest, 11)?;
+            Ok((11, Packet::Evd { kind: b[2] & 0x1F, payload: le(&b[3..11]) }))
+        }
         _ if b1 & ext::PTW_MASK == ext::PTW => match (b1 >> 5) & 0b11 {
             0 => unsupported(rest, OtherPacket::Ptw, 6),
             1 => unsupported(rest, OtherPacket::Ptw, 10),

@@ -198,6 +198,10 @@ impl PacketFormatter {
                 format!("c{}.{}{}", (state + 1) & 0xF, (sub_state + 1) & 0xF, if hw { ", hw" } else { "" }),
                 None,
             ),
+            Packet::Cfe { ip, kind, vector } => {
+                ("cfe", format!("{kind}: {vector:x}{}", if ip { ", ip" } else { "" }), None)
+            }
+            Packet::Evd { kind, payload } => ("evd", format!("{kind}: {payload:x}"), None),
             Packet::Pwrx { last, deepest, wake } => {
                 let wr = match wake {
                     1 => "int",

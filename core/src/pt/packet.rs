@@ -147,7 +147,20 @@ pub enum Packet {
     /// the sleep (MWAIT-hint encoding), and the 4-bit wake reason (bit 0 interrupt, bit 2 store to
     /// the monitored address, bit 3 hardware).
     Pwrx { last: u8, deepest: u8, wake: u8 },
+    /// CFE (`02 13` + 2 bytes: IP[7] | Type[4:0], Vector): Event Trace (IA32_RTIT_CTL.EventEn)
+    /// control-flow event; IP = 1: a FUP with the event's source IP follows.
+    Cfe { ip: bool, kind: u8, vector: u8 },
+    /// EVD (`02 53` + Type[4:0] + 8 bytes payload): event data for the CFE that follows
+    /// (type 0: the page-fault linear address, CR2).
+    Evd { kind: u8, payload: u64 },
 }
+
+/// CFE type 1: interrupt, exception, NMI or INT n/INT3/INTO/INT1 (the vector in the packet).
+pub const CFE_INTR: u8 = 0x01;
+/// CFE type 2: IRET.
+pub const CFE_IRET: u8 = 0x02;
+/// EVD type 0: CR2 of a page fault.
+pub const EVD_CR2: u8 = 0x00;
 
 /// PWRX wake reason bit 0: an external interrupt woke the core.
 pub const PWRX_WAKE_INTERRUPT: u8 = 1 << 0;

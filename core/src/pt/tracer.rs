@@ -182,6 +182,26 @@ pub struct Tracer {
     inject_psb: bool,
     /// The C-state (MWAIT-hint encoding) a traced PWRE reported and no PWRX has closed yet.
     sleep_state: Option<u8>,
+    /// Event Trace (IA32_RTIT_CTL[31] EventEn): RFLAGS.IF as last known, the IF the last
+    /// MODE.Exec since the PSB carried, the IF at the boundary being reported (`stage_if`),
+    /// and the CFE (+ EVD) of the next transfer (`cfe_interrupt`, `cfe_iret`).
+    if_flag: bool,
+    if_sent: Option<bool>,
+    staged_if: Option<bool>,
+    /// RFLAGS.IF in the handler of the next asynchronous event (`stage_event_if`).
+    event_if: Option<bool>,
+    pending_cfe: Option<PendingCfe>,
+}
+
+/// The Event Trace packets of the next asynchronous event or IRET.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PendingCfe {
+    kind: u8,
+    vector: u8,
+    /// EVD before the CFE: (type, payload).
+    evd: Option<(u8, u64)>,
+    /// The FUP IP for an IRET (a far transfer has no FUP otherwise).
+    fup: Option<u64>,
 }
 
 impl Tracer {
@@ -216,6 +236,11 @@ impl Tracer {
             no_shortcuts: false,
             inject_psb: false,
             sleep_state: None,
+            if_flag: false,
+            if_sent: None,
+            staged_if: None,
+            event_if: None,
+            pending_cfe: None,
         }
     }
 
@@ -593,9 +618,16 @@ impl Tracer {
         }
     }
 
+    /// MODE.Exec when the mode (or, with EventEn, RFLAGS.IF) differs from the last one sent since
+    /// the PSB. Without EventEn the IF bit is 0 and IF changes send nothing.
     fn mode_exec_if_needed(&mut self) {
-        if self.mode_sent != Some(self.ctx.mode) && self.emit(Packet::ModeExec { mode: self.ctx.mode, if_flag: false }) {
+        let event_en = self.cfg.ctl.event_en();
+        let if_differs = event_en && self.if_sent != Some(self.if_flag);
+        if (self.mode_sent != Some(self.ctx.mode) || if_differs)
+            && self.emit(Packet::ModeExec { mode: self.ctx.mode, if_flag: event_en && self.if_flag })
+        {
             self.mode_sent = Some(self.ctx.mode);
+            self.if_sent = Some(self.if_flag);
         }
     }
 
@@ -621,6 +653,7 @@ impl Tracer {
         self.last_ip.reset();
         self.ret.clear();
         self.mode_sent = None;
+        self.if_sent = None;
         if self.cfg.ctl.tsc_en() {
             self.tsc_packets(self.cfg.ctl.mtc_en());
         }
@@ -632,8 +665,10 @@ impl Tracer {
         self.emit_raw(Packet::Cbr { ratio: self.cfg.cbr });
         if self.packet_en {
             if let Some(ip) = ip {
-                if self.emit_raw(Packet::ModeExec { mode: self.ctx.mode, if_flag: false }) {
+                let if_flag = self.cfg.ctl.event_en() && self.if_flag;
+                if self.emit_raw(Packet::ModeExec { mode: self.ctx.mode, if_flag }) {
                     self.mode_sent = Some(self.ctx.mode);
+                    self.if_sent = Some(self.if_flag);
                 }
                 let payload = self.compress_ip(ip);
                 self.emit_raw(Packet::Fup(payload));
@@ -951,6 +986,14 @@ impl Tracer {
         let was = self.packet_en;
         let cr3_changed = to.cr3 != self.ctx.cr3;
         self.ctx = to;
+        let cfe = self.pending_cfe.take();
+        // RFLAGS.IF after the transfer (an interrupt gate, IRET, SYSCALL's FMASK change it): a
+        // MODE.Exec among the middle packets reports it (EventEn).
+        let staged = self.staged_if.take();
+        let event_if = self.event_if.take();
+        if let Some(i) = if fup.is_some() { event_if.or(staged) } else { staged } {
+            self.if_flag = i;
+        }
         if !self.trigger_en() {
             return;
         }
@@ -960,6 +1003,21 @@ impl Tracer {
             self.timing_packets();
         }
         if was {
+            let mut fup = fup;
+            if let Some(c) = cfe.filter(|_| self.cfg.ctl.event_en()) {
+                // Event Trace: [EVD], then CFE. An interrupt or exception already has its FUP
+                // (the source of the asynchronous branch): CFE IP = 0, and the decoder attaches
+                // the event to that FUP, which stays the branch source. An IRET has no FUP of its
+                // own: CFE IP = 1 and a FUP with the IRET's IP, bound to the CFE (libipt
+                // pt_evt_decode_cfe: IP = 1 binds the next FUP to the CFE, and a bound FUP starts
+                // no asynchronous branch; IP = 0 while tracing attaches to the next FUP).
+                if let Some((kind, payload)) = c.evd {
+                    self.emit(Packet::Evd { kind, payload });
+                }
+                let own_fup = fup.is_none() && c.fup.is_some();
+                self.emit(Packet::Cfe { ip: own_fup, kind: c.kind, vector: c.vector });
+                fup = fup.or(c.fup);
+            }
             if let Some(ip) = fup {
                 self.emit_ip(Packet::Fup, Some(ip));
             }
@@ -1058,6 +1116,65 @@ impl Tracer {
             _ => {}
         }
         self.maybe_psb(ip);
+    }
+
+    // ---- Event Trace (IA32_RTIT_CTL[31] EventEn, CPUID.(14H,0):EBX[7]) ----
+
+    /// RFLAGS.IF without packets (at enable, before the PSB+ that reports it).
+    pub fn set_if(&mut self, if_flag: bool) {
+        self.if_flag = if_flag;
+        self.staged_if = None;
+    }
+
+    /// RFLAGS.IF at the instruction boundary the next report concerns: a transfer takes it as
+    /// the IF after the transfer; otherwise `if_boundary` reports a change.
+    pub fn stage_if(&mut self, if_flag: bool) {
+        self.staged_if = Some(if_flag);
+    }
+
+    /// RFLAGS.IF in the handler of the next asynchronous event (an interrupt gate clears it):
+    /// its MODE.Exec among the event's middle packets reports it.
+    pub fn stage_event_if(&mut self, if_flag: bool) {
+        self.event_if = Some(if_flag);
+    }
+
+    /// No transfer happened at this boundary (`ip`, the next instruction): if the staged IF
+    /// differs, an instruction (STI, POPF, CLI) changed it, and with EventEn and PacketEn that
+    /// is MODE.Exec with the new IF and FUP(`ip`) (libipt mode_exec-if.ptt: `sti` ->
+    /// mode.exec(64bit, if), fup(NLIP)).
+    pub fn if_boundary(&mut self, ip: u64) {
+        let Some(i) = self.staged_if.take() else { return };
+        if i == self.if_flag {
+            return;
+        }
+        self.if_flag = i;
+        if self.packet_en && self.cfg.ctl.event_en() {
+            self.mode_exec_if_needed();
+            self.emit_ip(Packet::Fup, Some(ip));
+            self.maybe_psb(ip);
+        }
+    }
+
+    /// The next `async_event` is an interrupt, exception or INT n with this vector: with
+    /// EventEn, CFE(INTR, vector, IP = 0) before its FUP, after EVD(CR2) for a page fault.
+    pub fn cfe_interrupt(&mut self, vector: u8, cr2: Option<u64>) {
+        self.pending_cfe = Some(PendingCfe {
+            kind: super::packet::CFE_INTR,
+            vector,
+            evd: cr2.map(|c| (super::packet::EVD_CR2, c)),
+            fup: None,
+        });
+    }
+
+    /// The next far transfer is the IRET at `ip`: with EventEn, CFE(IRET, IP = 1) and FUP(`ip`)
+    /// before its middle packets and TIP.
+    pub fn cfe_iret(&mut self, ip: u64) {
+        self.pending_cfe = Some(PendingCfe { kind: super::packet::CFE_IRET, vector: 0, evd: None, fup: Some(ip) });
+    }
+
+    /// IA32_RTIT_CTL.EventEn of the current configuration.
+    pub fn event_en(&self) -> bool {
+        self.cfg.ctl.event_en()
     }
 
     // ---- power event trace (IA32_RTIT_CTL[4] PwrEvtEn, CPUID.(14H,0):EBX[5]) ----

@@ -80,7 +80,9 @@ static inline int pt_has_psb(const uint8_t *p)
 enum pt_kind { PT_PAD, PT_PSB, PT_PSBEND, PT_TNT, PT_TIP, PT_TIP_PGE, PT_TIP_PGD, PT_FUP,
                PT_MODE, PT_PIP, PT_CBR, PT_TSC, PT_TRACESTOP, PT_OVF,
                /* power event trace (issue 15) */
-               PT_EXSTOP, PT_MWAIT, PT_PWRE, PT_PWRX };
+               PT_EXSTOP, PT_MWAIT, PT_PWRE, PT_PWRX,
+               /* event trace (issue 15) */
+               PT_CFE, PT_EVD };
 struct pt_pkt {
     uint64_t off;      /* offset of the packet in the buffer */
     uint32_t len;      /* its size in bytes */
@@ -132,6 +134,8 @@ static inline int pt_next(struct pt_parser *p, struct pt_pkt *k)
         case 0xC2: k->kind = PT_MWAIT, k->len = 10; break;            /* val: hints | ext << 32 */
         case 0x22: k->kind = PT_PWRE, k->len = 4; break;              /* val: payload[15:0] */
         case 0xA2: k->kind = PT_PWRX, k->len = 7; break;              /* val: payload[15:0] */
+        case 0x13: k->kind = PT_CFE, k->len = 4; break;  /* val: IP << 15 | type << 8 | vector */
+        case 0x53: k->kind = PT_EVD, k->len = 11; break; /* val: payload; ipbytes: type */
         default: return -1;
         }
         if (left < k->len)
@@ -145,6 +149,13 @@ static inline int pt_next(struct pt_parser *p, struct pt_pkt *k)
         if (k->kind == PT_MWAIT)
             for (int i = 7; i >= 0; i--)
                 k->val = k->val << 8 | b[2 + i];
+        if (k->kind == PT_CFE)
+            k->val = (uint64_t)(b[2] >> 7) << 15 | (uint64_t)(b[2] & 0x1F) << 8 | b[3];
+        if (k->kind == PT_EVD) {
+            k->ipbytes = b[2] & 0x1F;
+            for (int i = 7; i >= 0; i--)
+                k->val = k->val << 8 | b[3 + i];
+        }
         if (k->kind == PT_PIP) {
             uint64_t f = 0;
             for (int i = 5; i >= 0; i--)
@@ -197,7 +208,7 @@ static inline const char *pt_kind_name(enum pt_kind k)
 {
     static const char *const names[] = { "PAD", "PSB", "PSBEND", "TNT", "TIP", "TIP.PGE",
         "TIP.PGD", "FUP", "MODE", "PIP", "CBR", "TSC", "TraceStop", "OVF", "EXSTOP", "MWAIT",
-        "PWRE", "PWRX" };
+        "PWRE", "PWRX", "CFE", "EVD" };
     return names[k];
 }
 

@@ -1,0 +1,129 @@
+// pttrace-options: profile=sapphirerapids
+// host-check: events interrupt 3, ip: @ev_int3|iret, ip: @trap_iret|interrupt 6, ip: @ev_ud2|iret, ip: @trap_iret|interrupt e, cr2: 80000040, ip: @ev_pf|iret, ip: @trap_iret|interrupt 40, ip: *|iret, ip: @trap_iret
+/* Event Trace (issue 15): IA32_RTIT_CTL[31] EventEn, CPUID.(14H,0):EBX[7], profile=sapphirerapids.
+ * Ring-0 branch tracing with EventEn over INT3, #UD (UD2 skipped by its handler), #PF on an
+ * unmapped address (resumed after the load), and a LAPIC timer interrupt taken after STI; every
+ * handler returns with IRETQ (trap_iret). Expected packets (libipt pt_event_decoder.c: a CFE with
+ * IP = 1 binds the next FUP, which then starts no asynchronous branch; with IP = 0 the event
+ * attaches to the next FUP; EVD goes to the CFE; mode_exec-if.ptt for IF changes):
+ *   each event: [EVD(CR2) for #PF] CFE(INTR, vector, IP = 0: the event's own FUP follows and
+ *               stays the source of the asynchronous branch), FUP(source: the INT3, the UD2,
+ *               the load, the next instruction for the interrupt), MODE.Exec(IF = 0: the
+ *               interrupt gate cleared IF, only where IF was 1), TIP(handler);
+ *   each IRETQ: CFE(IRET, IP = 1), FUP(trap_iret), MODE.Exec(IF restored) if it changes, TIP;
+ *   STI: MODE.Exec(64-bit, IF = 1), FUP(next instruction); CLI: MODE.Exec(IF = 0), FUP(next).
+ * The guest checks those in its buffer; the host checks bytes = host copy, libipt's flow = the
+ * ground truth, and the events libipt reports (`pttrace decode --events`) in order. */
+#include "pt.h"
+
+extern char ev_int3[], ev_ud2[], ev_pf[], ev_sti_next[], ev_cli_next[], trap_iret[], isr_stubs[];
+static volatile uint64_t timer_hits, ud_hits, pf_val;
+static void on_timer(struct trap_frame *f) { (void)f; timer_hits++; lapic_eoi(); }
+static void on_bp(struct trap_frame *f) { (void)f; }
+static void on_ud(struct trap_frame *f) { ud_hits++; f->rip += 2; }
+
+static struct pt_pkt pk[1024];
+
+static int find_cfe(int n, int from, uint32_t type, uint32_t vector)
+{
+    for (int i = from; i < n; i++)
+        if (pk[i].kind == PT_CFE && ((pk[i].val >> 8) & 0x1F) == type && (pk[i].val & 0xFF) == vector)
+            return i;
+    return -1;
+}
+
+/* CFE(INTR, vector, IP = 0), FUP(fup, or any IP if 0), [MODE.Exec], TIP(the vector's stub). */
+static int check_intr(int n, int from, uint32_t vector, uint64_t fup)
+{
+    int c = find_cfe(n, from, 1, vector);
+    printf("  CFE(INTR, %x) at packet %d\n", vector, c);
+    ASSERT(c >= 0);
+    ASSERT_EQ(pk[c].val >> 15, 0); /* IP = 0: the interrupt's FUP follows */
+    int f = pt_next_nonpad(pk, n, c);
+    ASSERT_EQ(pk[f].kind, PT_FUP);
+    if (fup)
+        ASSERT_EQ(pk[f].ip, fup);
+    int t = pt_next_nonpad(pk, n, f);
+    if (pk[t].kind == PT_MODE)
+        t = pt_next_nonpad(pk, n, t);
+    ASSERT_EQ(pk[t].kind, PT_TIP);
+    ASSERT_EQ(pk[t].ip, (uint64_t)isr_stubs + 16 * vector);
+    /* The handler returns: CFE(IRET, IP = 1), FUP(the IRETQ). */
+    int r = find_cfe(n, t, 2, 0);
+    ASSERT(r >= 0 && (pk[r].val >> 15));
+    int rf = pt_next_nonpad(pk, n, r);
+    ASSERT_EQ(pk[rf].kind, PT_FUP);
+    ASSERT_EQ(pk[rf].ip, (uint64_t)trap_iret);
+    return t;
+}
+
+void test_main(void)
+{
+    uint32_t r[4];
+    cpuid(0x14, 0, r);
+    ASSERT(r[1] & (1u << 7)); /* EBX[7] Event Trace */
+    set_handler(3, on_bp);
+    set_handler(6, on_ud);
+    set_handler(TIMER_VECTOR, on_timer);
+    lapic_enable();
+
+    uint8_t *buf = alloc_aligned(16384, 16384);
+    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 16384 - 1);
+    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_EVENTEN;
+    asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
+                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
+                    "d"((uint32_t)((ctl | RTIT_CTL_TRACEEN) >> 32)));
+    asm volatile(".globl ev_int3\nev_int3: int3" ::: "memory");
+    asm volatile(".globl ev_ud2\nev_ud2: ud2" ::: "memory");
+    uint64_t val = 0x1111;
+    asm volatile(".globl ev_pf\nev_pf:\tmov (%[addr]), %[val]\n"
+                 "2:\n\t"
+                 EXTABLE_ENTRY(ev_pf, 2b)
+                 : [val] "+r"(val) : [addr] "r"(UNMAPPED_ADDR + 0x40) : "memory");
+    pf_val = val;
+    lapic_timer_oneshot(TIMER_VECTOR, 20000);
+    asm volatile("sti\n.globl ev_sti_next\nev_sti_next:" ::: "memory");
+    for (uint64_t i = 0; i < 2000000 && !timer_hits; i++)
+        cpu_pause();
+    asm volatile("cli\n.globl ev_cli_next\nev_cli_next:" ::: "memory");
+    asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
+                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
+    ASSERT_EQ(timer_hits, 1);
+    ASSERT_EQ(ud_hits, 1);
+    uint64_t len = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    pt_print(buf, len);
+    int n = pt_parse_all(buf, len, pk, 1024);
+    ASSERT(n > 0);
+    int at = check_intr(n, 0, 3, (uint64_t)ev_int3);
+    at = check_intr(n, at, 6, (uint64_t)ev_ud2);
+    int e = find_cfe(n, at, 1, 14);
+    ASSERT(e > 0);
+    int evd = pt_prev_nonpad(pk, e);
+    ASSERT_EQ(pk[evd].kind, PT_EVD);
+    ASSERT_EQ(pk[evd].ipbytes, 0);                 /* EVD type 0: CR2 */
+    ASSERT_EQ(pk[evd].val, UNMAPPED_ADDR + 0x40);
+    at = check_intr(n, at, 14, (uint64_t)ev_pf);
+    /* STI: MODE.Exec(64-bit, IF) and FUP(the next instruction), before the timer's CFE. */
+    int s = -1;
+    for (int i = at; i < n && s < 0; i++)
+        if (pk[i].kind == PT_FUP && pk[i].ip == (uint64_t)ev_sti_next)
+            s = i;
+    ASSERT(s > 0);
+    ASSERT_EQ(pk[pt_prev_nonpad(pk, s)].kind, PT_MODE);
+    ASSERT_EQ(pk[pt_prev_nonpad(pk, s)].val, 0x05); /* CS.L | IF */
+    at = check_intr(n, s, TIMER_VECTOR, 0);
+    /* The timer's handler runs with IF = 0 (interrupt gate): a MODE.Exec without IF before its TIP. */
+    ASSERT_EQ(pk[pt_prev_nonpad(pk, at)].kind, PT_MODE);
+    ASSERT_EQ(pk[pt_prev_nonpad(pk, at)].val, 0x01);
+    /* CLI: MODE.Exec(64-bit) and FUP(the next instruction). */
+    int c = -1;
+    for (int i = at; i < n && c < 0; i++)
+        if (pk[i].kind == PT_FUP && pk[i].ip == (uint64_t)ev_cli_next)
+            c = i;
+    ASSERT(c > 0);
+    ASSERT_EQ(pk[pt_prev_nonpad(pk, c)].kind, PT_MODE);
+    ASSERT_EQ(pk[pt_prev_nonpad(pk, c)].val, 0x01);
+    pt_dump(buf, len);
+}
