@@ -1,9 +1,12 @@
 // pttrace-options: profile=sapphirerapids
-// host-check: events interrupt 3, ip: @ev_int3|iret, ip: @trap_iret|interrupt 6, ip: @ev_ud2|iret, ip: @trap_iret|interrupt e, cr2: 80000040, ip: @ev_pf|iret, ip: @trap_iret|interrupt 40, ip: *|iret, ip: @trap_iret
+// host-check: events interrupt 3, ip: @ev_int3|iret, ip: @trap_iret|interrupt 6, ip: @ev_ud2|iret, ip: @trap_iret|interrupt e, cr2: 80000040, ip: @ev_pf|iret, ip: @trap_iret|interrupt 40, ip: *|iret, ip: @trap_iret|iret, ip: *|interrupt 80, ip: *|iret, ip: @trap_iret
 /* Event Trace (issue 15): IA32_RTIT_CTL[31] EventEn, CPUID.(14H,0):EBX[7], profile=sapphirerapids.
  * Ring-0 branch tracing with EventEn over INT3, #UD (UD2 skipped by its handler), #PF on an
- * unmapped address (resumed after the load), and a LAPIC timer interrupt taken after STI; every
- * handler returns with IRETQ (trap_iret). Expected packets (libipt pt_event_decoder.c: a CFE with
+ * unmapped address (resumed after the load), a LAPIC timer interrupt taken after STI, POPF
+ * setting IF, and ring 3 (entered by IRETQ, SYSCALL + SYSRET, INT $0x80 + IRETQ, left by
+ * SYSCALL; user and kernel traced); every handler returns with IRETQ (trap_iret). SYSCALL and
+ * SYSRET have no CFE type (INTR, IRET, SMI, RSM, SIPI, INIT, VM entry/exit, shutdown, UINTR,
+ * UIRET): only the IF they change shows, in MODE.Exec. Expected packets (libipt pt_event_decoder.c: a CFE with
  * IP = 1 binds the next FUP, which then starts no asynchronous branch; with IP = 0 the event
  * attaches to the next FUP; EVD goes to the CFE; mode_exec-if.ptt for IF changes):
  *   each event: [EVD(CR2) for #PF] CFE(INTR, vector, IP = 0: the event's own FUP follows and
@@ -16,13 +19,20 @@
  * ground truth, and the events libipt reports (`pttrace decode --events`) in order. */
 #include "pt.h"
 
-extern char ev_int3[], ev_ud2[], ev_pf[], ev_sti_next[], ev_cli_next[], trap_iret[], isr_stubs[];
+extern char ev_int3[], ev_ud2[], ev_pf[], ev_sti_next[], ev_cli_next[], ev_popf_next[], trap_iret[],
+    isr_stubs[];
 static volatile uint64_t timer_hits, ud_hits, pf_val;
 static void on_timer(struct trap_frame *f) { (void)f; timer_hits++; lapic_eoi(); }
 static void on_bp(struct trap_frame *f) { (void)f; }
 static void on_ud(struct trap_frame *f) { ud_hits++; f->rip += 2; }
 
-static struct pt_pkt pk[1024];
+static struct pt_pkt pk[2048];
+
+/* Ring 3: SYSCALL + SYSRET, INT $0x80 + IRETQ; returns through SYSCALL(SYS_EXIT). */
+static uint64_t user_path(void)
+{
+    return user_syscall(SYS_ECHO, 5) + user_int80(SYS_ECHO, 6);
+}
 
 static int find_cfe(int n, int from, uint32_t type, uint32_t vector)
 {
@@ -71,7 +81,7 @@ void test_main(void)
     wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
     wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 16384 - 1);
     wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_EVENTEN;
+    uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN | RTIT_CTL_EVENTEN;
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
                  :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
                     "d"((uint32_t)((ctl | RTIT_CTL_TRACEEN) >> 32)));
@@ -88,13 +98,17 @@ void test_main(void)
     for (uint64_t i = 0; i < 2000000 && !timer_hits; i++)
         cpu_pause();
     asm volatile("cli\n.globl ev_cli_next\nev_cli_next:" ::: "memory");
+    /* POPF with IF = 1 (ends QEMU's block like STI): MODE.Exec(IF), FUP(the next instruction). */
+    asm volatile("pushq $0x202\npopfq\n.globl ev_popf_next\nev_popf_next: cli" ::: "memory");
+    uint64_t user = enter_user(user_path, NULL);
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
                  :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
     ASSERT_EQ(timer_hits, 1);
     ASSERT_EQ(ud_hits, 1);
+    ASSERT_EQ(user, 11);
     uint64_t len = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     pt_print(buf, len);
-    int n = pt_parse_all(buf, len, pk, 1024);
+    int n = pt_parse_all(buf, len, pk, 2048);
     ASSERT(n > 0);
     int at = check_intr(n, 0, 3, (uint64_t)ev_int3);
     at = check_intr(n, at, 6, (uint64_t)ev_ud2);
@@ -125,5 +139,15 @@ void test_main(void)
     ASSERT(c > 0);
     ASSERT_EQ(pk[pt_prev_nonpad(pk, c)].kind, PT_MODE);
     ASSERT_EQ(pk[pt_prev_nonpad(pk, c)].val, 0x01);
+    /* POPF: MODE.Exec(64-bit, IF) and FUP(the next instruction). */
+    int pf = -1;
+    for (int i = c; i < n && pf < 0; i++)
+        if (pk[i].kind == PT_FUP && pk[i].ip == (uint64_t)ev_popf_next)
+            pf = i;
+    ASSERT(pf > 0);
+    ASSERT_EQ(pk[pt_prev_nonpad(pk, pf)].kind, PT_MODE);
+    ASSERT_EQ(pk[pt_prev_nonpad(pk, pf)].val, 0x05);
+    /* INT $0x80 from ring 3: CFE(INTR, 80H). */
+    ASSERT(find_cfe(n, pf, 1, 0x80) > 0);
     pt_dump(buf, len);
 }
