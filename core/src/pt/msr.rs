@@ -783,6 +783,26 @@ mod tests {
         assert_eq!(p.single_range_mask(), 0x7F | (3 << 7));
     }
 
+    #[test]
+    fn sapphire_rapids_ctl_allows_its_enumerated_enables_and_not_ptwrite() {
+        let spr = PtCaps::SAPPHIRE_RAPIDS;
+        let reserved = ctl_reserved_mask(&spr);
+        // PwrEvtEn 4, EventEn 31, DisTNT 55, InjectPsbPmiOnEnable 56: writable.
+        for bit in [4, 31, 55, 56] {
+            assert_eq!(reserved & (1 << bit), 0, "bit {bit}");
+        }
+        // FUPonPTW 5 and PTWEn 12 (PTWRITE not enumerated), and the always-reserved bits: #GP.
+        for bit in [5, 12, 18, 23, 28, 29, 30, 48, 54, 57, 63] {
+            assert_ne!(reserved & (1 << bit), 0, "bit {bit}");
+        }
+        // Everything else is the Skylake-class mask.
+        let new_bits = (1 << 4) | (1 << 31) | (1 << 55) | (1 << 56);
+        assert_eq!(reserved | new_bits, ctl_reserved_mask(&SKL));
+        let m = RtitMsrs::default();
+        assert_eq!(m.check_write(IA32_RTIT_CTL, 1 << 12, &spr), Err(Fault::Gp));
+        assert_eq!(m.check_write(IA32_RTIT_CTL, new_bits | 0x2001 | (1 << 8), &spr), Ok(()));
+    }
+
     fn preserving() -> PtCaps {
         PtCaps { psb_pmi_preserve: true, ..SKL }
     }
