@@ -2,8 +2,8 @@
 # Issue 15: the stock Debian bookworm guest (kernel 6.1, perf 6.1) with profile=sapphirerapids.
 # Debian's perf ships no tests/shell, so the power_event, no_tnt and event_trace sub-tests of
 # perf's test_intel_pt.sh are done here the way that script does them (caps file, record with the
-# term, no decode error, the packets/events it looks for). Not part of `make test` (a second
-# Linux boot): run `bash tests/linux/newest_pt.sh`.
+# term, no decode error, the packets/events it looks for). Part of `make test-linux` (a second,
+# short Linux boot, ~35 s).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 plugin=$top/target/release/libpttrace.so
