@@ -1901,6 +1901,11 @@ fn decoder_meta(used: RtitCtl) -> String {
         // IA32_RTIT_CTL[55] DisTNT: no TNT packets, the instruction flow cannot be walked.
         m.push_str("dis_tnt=1\n");
     }
+    if used.event_en() {
+        // IA32_RTIT_CTL[31] EventEn: MODE.Exec carries RFLAGS.IF; libipt reports it with
+        // enable_iflags_events, "Use this only when Event Tracing was enabled".
+        m.push_str("event_trace=1\n");
+    }
     m
 }
 

@@ -1,5 +1,5 @@
 // pttrace-options: profile=sapphirerapids
-// host-check: events interrupt 3, ip: @ev_int3|iret, ip: @trap_iret|interrupt 6, ip: @ev_ud2|iret, ip: @trap_iret|interrupt e, cr2: 80000040, ip: @ev_pf|iret, ip: @trap_iret|interrupt 40, ip: *|iret, ip: @trap_iret|iret, ip: *|interrupt 80, ip: *|iret, ip: @trap_iret
+// host-check: events if 0, ip: @ev_int3|interrupt 3, ip: @ev_int3|iret, ip: @trap_iret|interrupt 6, ip: @ev_ud2|iret, ip: @trap_iret|interrupt e, cr2: 80000040, ip: @ev_pf|iret, ip: @trap_iret|if 1, ip: @ev_sti_next|interrupt 40, ip: *|if 0, ip: *|iret, ip: @trap_iret|if 1, ip: *|if 0, ip: @ev_cli_next|if 1, ip: @ev_popf_next|if 0, ip: *|iret, ip: *|if 1, ip: *|if 0, ip: @syscall_entry|if 1, ip: *|interrupt 80, ip: *|if 0, ip: *|iret, ip: @trap_iret|if 1, ip: *|if 0, ip: @syscall_entry
 /* Event Trace (issue 15): IA32_RTIT_CTL[31] EventEn, CPUID.(14H,0):EBX[7], profile=sapphirerapids.
  * Ring-0 branch tracing with EventEn over INT3, #UD (UD2 skipped by its handler), #PF on an
  * unmapped address (resumed after the load), a LAPIC timer interrupt taken after STI, POPF
@@ -16,7 +16,10 @@
  *   each IRETQ: CFE(IRET, IP = 1), FUP(trap_iret), MODE.Exec(IF restored) if it changes, TIP;
  *   STI: MODE.Exec(64-bit, IF = 1), FUP(next instruction); CLI: MODE.Exec(IF = 0), FUP(next).
  * The guest checks those in its buffer; the host checks bytes = host copy, libipt's flow = the
- * ground truth, and the events libipt reports (`pttrace decode --events`) in order. */
+ * ground truth, and the events libipt reports (`pttrace decode --events`, with libipt's
+ * enable_iflags_events since meta.txt says event_trace=1) in order: the IF changes (`if 0/1` at
+ * the enable, STI, the timer's gate and IRET, CLI, POPF, ring 3 entry, SYSCALL, SYSRET, INT $0x80
+ * and its IRETQ), the interrupts with their vectors (CR2 for the #PF) and the IRETs. */
 #include "pt.h"
 
 extern char ev_int3[], ev_ud2[], ev_pf[], ev_sti_next[], ev_cli_next[], ev_popf_next[], trap_iret[],

@@ -30,7 +30,9 @@ USAGE:
         --events     also print the power and Event Trace events libipt reports,
                      ptxed style: `[pwre c1.0]`, `[exstop, ip: ADDR]`,
                      `[pwrx int: c1 (c1)]`, `[mwait HINTS EXT, ip: ADDR]`,
-                     `[interrupt VEC[, cr2: ADDR], ip: ADDR]`, `[iret, ip: ADDR]`
+                     `[interrupt VEC[, cr2: ADDR], ip: ADDR]`, `[iret, ip: ADDR]`,
+                     and `[if 0|1, ip: ADDR]` (RFLAGS.IF; libipt's iflags events are
+                     enabled when meta.txt says event_trace=1)
         Exit 1 if any stream had a decode error.
 
     pttrace compare DIR [--thread N] [--context K]

@@ -106,16 +106,18 @@ where
     F: FnMut(u64) -> io::Result<()>,
     E: FnMut(&DecodeError),
 {
-    decode_stream_with_events(trace, code, thread, cpu, on_ip, |_| Ok(()), on_error)
+    decode_stream_with_events(trace, code, thread, cpu, false, on_ip, |_| Ok(()), on_error)
 }
 
 /// [`decode_stream`], and `on_event` receives the events libipt reports that have a text
 /// (the power events, ptxed notation) in flow order: before the instruction they bind to.
+#[allow(clippy::too_many_arguments)]
 pub fn decode_stream_with_events<F, V, E>(
     trace: &[u8],
     code: &Rc<CodeImage>,
     thread: u32,
     cpu: Option<(u16, u8, u8)>,
+    iflags: bool,
     mut on_ip: F,
     mut on_event: V,
     mut on_error: E,
@@ -134,7 +136,7 @@ where
         return Ok(ctx.stats);
     }
 
-    let mut dec = match RawInsnDecoder::new(trace, ThreadView::new(Rc::clone(code), thread), cpu) {
+    let mut dec = match RawInsnDecoder::new(trace, ThreadView::new(Rc::clone(code), thread), cpu, iflags) {
         Ok(d) => d,
         Err(e) => {
             ctx.report(DecodeError::from_pt(None, &e));
@@ -439,6 +441,7 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             &code,
             n,
             cpu,
+            dir.meta.get("event_trace") == Some("1"),
             |ip| {
                 if opts.summary_only {
                     Ok(())

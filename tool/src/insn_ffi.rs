@@ -158,6 +158,10 @@ fn event_text(ev: &sys::pt_event) -> Option<EventText> {
                 Some(EventText::new(format_args!("interrupt {:x}{cr2}{}", i.vector, ip(i.ip))))
             }
             sys::pt_event_type_ptev_iret => Some(EventText::new(format_args!("iret{}", ip(ev.variant.iret.ip)))),
+            sys::pt_event_type_ptev_iflags => {
+                let f = ev.variant.iflags;
+                Some(EventText::new(format_args!("if {}{}", f.iflag(), ip(f.ip))))
+            }
             sys::pt_event_type_ptev_mwait => {
                 let m = ev.variant.mwait;
                 Some(EventText::new(format_args!("mwait {:x} {:x}{}", m.hints, m.ext, ip(m.ip))))
@@ -183,10 +187,13 @@ pub struct RawInsnDecoder<'t> {
 
 impl<'t> RawInsnDecoder<'t> {
     /// `cpu` = (family, model, stepping) of an Intel CPU for errata.
+    /// `iflags`: the trace was taken with IA32_RTIT_CTL.EventEn (meta.txt event_trace=1): set
+    /// libipt's `enable_iflags_events`, which reports the RFLAGS.IF of MODE.Exec as events.
     pub fn new(
         trace: &'t [u8],
         view: ThreadView,
         cpu: Option<(u16, u8, u8)>,
+        iflags: bool,
     ) -> Result<Self, PtError> {
         if trace.is_empty() {
             return Err(PtError::from(PtErrorCode::Eos));
@@ -198,6 +205,10 @@ impl<'t> RawInsnDecoder<'t> {
         config.begin = trace.as_ptr() as *mut u8;
         // SAFETY: one-past-the-end of the slice.
         config.end = unsafe { config.begin.add(trace.len()) };
+        if iflags {
+            // SAFETY: the union's `insn` member is the one the instruction flow decoder reads.
+            unsafe { config.flags.variant.insn.set_enable_iflags_events(1) };
+        }
         if let Some((family, model, stepping)) = cpu {
             config.cpu = sys::pt_cpu {
                 vendor: sys::pt_cpu_vendor_pcv_intel,
