@@ -747,3 +747,30 @@ fn without_event_en_the_event_trace_calls_send_nothing_and_mode_exec_has_no_if()
     assert!(!p.iter().any(|x| matches!(x, Cfe { .. } | Evd { .. } | ModeExec { if_flag: true, .. })));
     assert_eq!(after_pge(&p), [Fup(ip(C::Update16, 0x1004)), Tip(ip(C::Update16, 0x2000)), Tip(ip(C::Update16, 0x1004))]);
 }
+
+#[test]
+fn event_en_interrupt_right_after_an_iret_keeps_both_cfes_and_both_if_changes() {
+    // Announced in this order at the delivery: the interrupt's CFE and IF, then the IRET
+    // retires (with the IF it restored), then the interrupt is delivered.
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.enable(0x102000);
+    t.cfe_interrupt(0x40, None);
+    t.stage_event_if(false);
+    t.stage_if(true);
+    t.cfe_iret(0x102010);
+    t.far_transfer(FarKind::Iret, 0x101004, Context::KERNEL64);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101004 }, 0x102100, Context::KERNEL64);
+    assert_eq!(
+        after_pge(&packets(&mut t)),
+        [
+            Cfe { ip: true, kind: 2, vector: 0 },
+            Fup(ip(C::Update16, 0x2010)),
+            M64_IF,
+            Tip(ip(C::Update16, 0x1004)),
+            Cfe { ip: false, kind: 1, vector: 0x40 },
+            Fup(ip(C::Update16, 0x1004)),
+            M64,
+            Tip(ip(C::Update16, 0x2100)),
+        ]
+    );
+}

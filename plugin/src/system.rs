@@ -1745,7 +1745,8 @@ impl Shared {
             // The ground truth lists retired instructions: a faulting instruction and an INT n /
             // INT3 do not retire before the event (PT reports them with a FUP at their own
             // address, and decoders show the event before them).
-            if std::mem::take(&mut v.exception_pending) {
+            let exception = std::mem::take(&mut v.exception_pending);
+            if exception {
                 if let Some(t) = v.truth.as_mut() {
                     let line = format!("{from:x}\n");
                     if t.ends_with(line.as_bytes()) {
@@ -1768,6 +1769,18 @@ impl Shared {
                 if let Some(vector) = sh.idt_vector_of(v, to) {
                     let cr2 = (vector == 14).then(|| v.regs.get("cr2").unwrap_or(0));
                     v.tracer.cfe_interrupt(vector, cr2);
+                    // RFLAGS.IF before the event, from the 64-bit frame the delivery pushed
+                    // (SDM Vol. 3A §6.14.2: [error code,] RIP, CS, RFLAGS, RSP, SS): what an
+                    // IRET retired just before it restored (reported with that IRET).
+                    let err = exception && matches!(vector, 8 | 10..=14 | 17 | 21 | 29 | 30);
+                    let efer = v.regs.get("efer").unwrap_or(0);
+                    if efer & (1 << 10) != 0 {
+                        let rsp = v.regs.get("rsp").unwrap_or(0);
+                        let mut b = [0u8; 8];
+                        if guest::read_vaddr(rsp + 16 + if err { 8 } else { 0 }, &mut b) {
+                            v.tracer.stage_if(u64::from_le_bytes(b) & (1 << 9) != 0);
+                        }
+                    }
                 }
                 v.tracer.stage_event_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
             }

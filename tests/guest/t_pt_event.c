@@ -1,9 +1,9 @@
 // pttrace-options: profile=sapphirerapids
-// host-check: events if 0, ip: @ev_int3|interrupt 3, ip: @ev_int3|iret, ip: @trap_iret|interrupt 6, ip: @ev_ud2|iret, ip: @trap_iret|interrupt e, cr2: 80000040, ip: @ev_pf|iret, ip: @trap_iret|if 1, ip: @ev_sti_next|interrupt 40, ip: *|if 0, ip: *|iret, ip: @trap_iret|if 1, ip: *|if 0, ip: @ev_cli_next|if 1, ip: @ev_popf_next|if 0, ip: *|iret, ip: *|if 1, ip: *|if 0, ip: @syscall_entry|if 1, ip: *|interrupt 80, ip: *|if 0, ip: *|iret, ip: @trap_iret|if 1, ip: *|if 0, ip: @syscall_entry
+// host-check: events if 0, ip: @ev_int3|interrupt 3, ip: @ev_int3|iret, ip: @trap_iret|interrupt 6, ip: @ev_ud2|iret, ip: @trap_iret|interrupt e, cr2: 80000040, ip: @ev_pf|iret, ip: @trap_iret|if 1, ip: @ev_sti_next|interrupt 40, ip: *|if 0, ip: *|iret, ip: @trap_iret|if 1, ip: *|if 0, ip: @ev_cli_next|if 1, ip: @ev_popf_next|if 0, ip: *|iret, ip: @ev_iret_pending|if 1, ip: @ev_after_iret|interrupt 40, ip: @ev_after_iret|if 0, ip: *|iret, ip: @trap_iret|if 1, ip: @ev_after_iret|if 0, ip: *|iret, ip: *|if 1, ip: *|if 0, ip: @syscall_entry|if 1, ip: *|interrupt 80, ip: *|if 0, ip: *|iret, ip: @trap_iret|if 1, ip: *|if 0, ip: @syscall_entry
 /* Event Trace (issue 15): IA32_RTIT_CTL[31] EventEn, CPUID.(14H,0):EBX[7], profile=sapphirerapids.
  * Ring-0 branch tracing with EventEn over INT3, #UD (UD2 skipped by its handler), #PF on an
  * unmapped address (resumed after the load), a LAPIC timer interrupt taken after STI, POPF
- * setting IF, and ring 3 (entered by IRETQ, SYSCALL + SYSRET, INT $0x80 + IRETQ, left by
+ * setting IF, an IRETQ to IF = 1 with the timer interrupt pending (taken right after it), and ring 3 (entered by IRETQ, SYSCALL + SYSRET, INT $0x80 + IRETQ, left by
  * SYSCALL; user and kernel traced); every handler returns with IRETQ (trap_iret). SYSCALL and
  * SYSRET have no CFE type (INTR, IRET, SMI, RSM, SIPI, INIT, VM entry/exit, shutdown, UINTR,
  * UIRET): only the IF they change shows, in MODE.Exec. Expected packets (libipt pt_event_decoder.c: a CFE with
@@ -23,7 +23,7 @@
 #include "pt.h"
 
 extern char ev_int3[], ev_ud2[], ev_pf[], ev_sti_next[], ev_cli_next[], ev_popf_next[], trap_iret[],
-    isr_stubs[];
+    isr_stubs[], ev_iret_pending[], ev_after_iret[];
 static volatile uint64_t timer_hits, ud_hits, pf_val;
 static void on_timer(struct trap_frame *f) { (void)f; timer_hits++; lapic_eoi(); }
 static void on_bp(struct trap_frame *f) { (void)f; }
@@ -103,10 +103,27 @@ void test_main(void)
     asm volatile("cli\n.globl ev_cli_next\nev_cli_next:" ::: "memory");
     /* POPF with IF = 1 (ends QEMU's block like STI): MODE.Exec(IF), FUP(the next instruction). */
     asm volatile("pushq $0x202\npopfq\n.globl ev_popf_next\nev_popf_next: cli" ::: "memory");
+    /* IRETQ to IF = 1 with the timer interrupt already pending: the interrupt is taken right
+     * after the IRETQ, before the next block starts; the IRETQ's IF change is still reported
+     * (from the RFLAGS the interrupt pushed). */
+    lapic_timer_oneshot(TIMER_VECTOR, 100);
+    for (int i = 0; i < 1000000 && !(lapic_read(0x220) & 1); i++) /* IRR bit of vector 40H */
+        cpu_pause();
+    ASSERT(lapic_read(0x220) & 1);
+    asm volatile("mov %%rsp, %%rax\n"
+                 "pushq $0x10\n"
+                 "pushq %%rax\n"
+                 "pushq $0x202\n"
+                 "pushq $0x08\n"
+                 "lea 1f(%%rip), %%rax\n"
+                 "pushq %%rax\n"
+                 ".globl ev_iret_pending\nev_iret_pending: iretq\n"
+                 "1:\n.globl ev_after_iret\nev_after_iret: cli" ::: "rax", "memory");
+    ASSERT_EQ(timer_hits, 2);
     uint64_t user = enter_user(user_path, NULL);
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
                  :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
-    ASSERT_EQ(timer_hits, 1);
+    ASSERT_EQ(timer_hits, 2);
     ASSERT_EQ(ud_hits, 1);
     ASSERT_EQ(user, 11);
     uint64_t len = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
@@ -150,6 +167,33 @@ void test_main(void)
     ASSERT(pf > 0);
     ASSERT_EQ(pk[pt_prev_nonpad(pk, pf)].kind, PT_MODE);
     ASSERT_EQ(pk[pt_prev_nonpad(pk, pf)].val, 0x05);
+    /* IRETQ to IF = 1, the pending timer interrupt at once: CFE(IRET, IP = 1), FUP(the IRETQ),
+     * MODE.Exec(IF = 1), TIP(after it), then CFE(INTR, 40H, IP = 0), FUP(after it),
+     * MODE.Exec(IF = 0), TIP(the stub). */
+    int q = -1;
+    for (int i = pf; i < n && q < 0; i++)
+        if (pk[i].kind == PT_FUP && pk[i].ip == (uint64_t)ev_iret_pending)
+            q = i;
+    ASSERT(q > 0);
+    int seq[8], m = 0;
+    seq[m++] = pt_prev_nonpad(pk, q);
+    seq[m++] = q;
+    while (m < 8)
+        seq[m] = pt_next_nonpad(pk, n, seq[m - 1]), m++;
+    ASSERT_EQ(pk[seq[0]].kind, PT_CFE);
+    ASSERT_EQ(pk[seq[0]].val, 0x8200);
+    ASSERT_EQ(pk[seq[2]].kind, PT_MODE);
+    ASSERT_EQ(pk[seq[2]].val, 0x05);
+    ASSERT_EQ(pk[seq[3]].kind, PT_TIP);
+    ASSERT_EQ(pk[seq[3]].ip, (uint64_t)ev_after_iret);
+    ASSERT_EQ(pk[seq[4]].kind, PT_CFE);
+    ASSERT_EQ(pk[seq[4]].val, 0x0100 | TIMER_VECTOR);
+    ASSERT_EQ(pk[seq[5]].kind, PT_FUP);
+    ASSERT_EQ(pk[seq[5]].ip, (uint64_t)ev_after_iret);
+    ASSERT_EQ(pk[seq[6]].kind, PT_MODE);
+    ASSERT_EQ(pk[seq[6]].val, 0x01);
+    ASSERT_EQ(pk[seq[7]].kind, PT_TIP);
+    ASSERT_EQ(pk[seq[7]].ip, (uint64_t)isr_stubs + 16 * TIMER_VECTOR);
     /* INT $0x80 from ring 3: CFE(INTR, 80H). */
     ASSERT(find_cfe(n, pf, 1, 0x80) > 0);
     pt_dump(buf, len);

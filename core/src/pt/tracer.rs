@@ -191,6 +191,7 @@ pub struct Tracer {
     /// RFLAGS.IF in the handler of the next asynchronous event (`stage_event_if`).
     event_if: Option<bool>,
     pending_cfe: Option<PendingCfe>,
+    pending_iret: Option<PendingCfe>,
 }
 
 /// The Event Trace packets of the next asynchronous event or IRET.
@@ -241,6 +242,7 @@ impl Tracer {
             staged_if: None,
             event_if: None,
             pending_cfe: None,
+            pending_iret: None,
         }
     }
 
@@ -986,12 +988,17 @@ impl Tracer {
         let was = self.packet_en;
         let cr3_changed = to.cr3 != self.ctx.cr3;
         self.ctx = to;
-        let cfe = self.pending_cfe.take();
+        // The CFE of this transfer: an interrupt's (announced before the IRET it may follow
+        // is retired) or an IRET's.
+        let cfe = if fup.is_some() { self.pending_cfe.take() } else { self.pending_iret.take() };
         // RFLAGS.IF after the transfer (an interrupt gate, IRET, SYSCALL's FMASK change it): a
         // MODE.Exec among the middle packets reports it (EventEn).
+        // An asynchronous event (with its FUP) takes the handler's IF, and the IF staged at
+        // this boundary is then stale; a far transfer takes the staged IF and leaves the
+        // handler's IF to the event that may follow it (an IRET then an interrupt at once).
         let staged = self.staged_if.take();
-        let event_if = self.event_if.take();
-        if let Some(i) = if fup.is_some() { event_if.or(staged) } else { staged } {
+        let new_if = if fup.is_some() { self.event_if.take().or(staged) } else { staged };
+        if let Some(i) = new_if {
             self.if_flag = i;
         }
         if !self.trigger_en() {
@@ -1169,7 +1176,7 @@ impl Tracer {
     /// The next far transfer is the IRET at `ip`: with EventEn, CFE(IRET, IP = 1) and FUP(`ip`)
     /// before its middle packets and TIP.
     pub fn cfe_iret(&mut self, ip: u64) {
-        self.pending_cfe = Some(PendingCfe { kind: super::packet::CFE_IRET, vector: 0, evd: None, fup: Some(ip) });
+        self.pending_iret = Some(PendingCfe { kind: super::packet::CFE_IRET, vector: 0, evd: None, fup: Some(ip) });
     }
 
     /// IA32_RTIT_CTL.EventEn of the current configuration.
