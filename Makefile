@@ -32,6 +32,7 @@ test-corpus: all qemu
 	@bash tests/stream-digests.sh
 	@bash tests/options.sh
 	@bash tests/run-guest.sh
+	@bash tests/record-identity.sh
 	@bash tests/signals.sh
 	@bash tests/perf-data.sh
 	@bash tests/code-versions.sh

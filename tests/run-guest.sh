@@ -192,6 +192,11 @@ for elf in "$bin"/t_*.elf; do
     # taken transfers of the plugin's per-instruction log while BTS was on (pttrace bts-expect).
     # `// bts-expect: ARGS` in the test's source adds filter arguments (--user-from, --off-os).
     bts_args=$(sed -n 's|^// bts-expect: *||p' "$top/tests/guest/$name.c" | head -1)
+    # @SYMBOL in those arguments: the symbol's address in the guest (e.g. a range of 32-bit code).
+    for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$bts_args" | sort -u); do
+      addr=$(nm "${elf%.elf}.elf64" | awk -v s="${sym#@}" '$3 == s { sub(/^0+/, "", $1); print $1 }')
+      bts_args=${bts_args//$sym/$addr}
+    done
     # shellcheck disable=SC2086
     if ! "$tool" bts-expect "$dir/thread-1.truth" "$dir/code.img" --on "$bts_on" --off "$bts_off" $bts_args \
         >"$dir/bts-expected.txt" 2>"$dir/bts-expect.err"; then

@@ -61,7 +61,7 @@ USAGE:
         packets carry no execution mode.
 
     pttrace bts-expect TRUTH CODE.IMG --on A[,A..] --off B[,B..] [--user-from U] [--off-os] [--off-usr]
-                       [--bits N] [--code16 A-B[,A-B..]]
+                       [--bits N] [--code16 A-B[,A-B..]] [--code32 A-B[,A-B..]]
         Print the BTS records (\"from to\" in hex) a full-system run must have
         written, from its per-instruction log (truth=1) and code image: every
         taken transfer retired between an instruction at an --on address and
