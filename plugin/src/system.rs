@@ -653,6 +653,8 @@ impl Shared {
             || v.pending.rdpmc.is_some()
             || v.exception_pending
             || v.msrs.ctl.cyc_en()
+            // Event Trace reads RFLAGS.IF at every block entry (`run_block`).
+            || v.msrs.ctl.event_en()
             || v.bts.active()
             || v.pmu.active()
             || v.pebs_steps
