@@ -30,6 +30,7 @@ use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
 use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
+use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
@@ -140,6 +141,10 @@ impl RetireSink for Retire<'_> {
         if let Some(l) = self.lbr.as_deref_mut() {
             // Far transfers are not predicted by the static model (`bts::prediction`).
             l.record(Some(BranchKind::Far(kind)), ip, next, self.pt.context().cpl, true);
+        }
+        if kind == FarKind::Iret && self.pt.event_en() {
+            // Event Trace: CFE(IRET) and FUP(the IRET) before the middle packets and TIP.
+            self.pt.cfe_iret(ip);
         }
         self.pt.far_transfer(kind, next, to);
         if let Some(r) = self.rtit.as_deref_mut() {
@@ -448,6 +453,9 @@ pub struct Shared {
     /// Address of the last instruction that started, stored inline when a block's last
     /// instruction starts: tells whether QEMU left the block before its end.
     last_started: PerVcpuU64,
+    /// OR of the IA32_RTIT_CTL values of every enabling WRMSR of the run (meta.txt records the
+    /// settings a decoder must know, e.g. DisTNT).
+    ctl_used: AtomicU64,
     /// Scoreboards never move (at most 16 vCPUs): a vCPU may keep pointers to its entries.
     fixed_scoreboards: bool,
     out: Option<Output>,
@@ -645,6 +653,8 @@ impl Shared {
             || v.pending.rdpmc.is_some()
             || v.exception_pending
             || v.msrs.ctl.cyc_en()
+            // Event Trace reads RFLAGS.IF at every block entry (`run_block`).
+            || v.msrs.ctl.event_en()
             || v.bts.active()
             || v.pmu.active()
             || v.pebs_steps
@@ -961,9 +971,11 @@ impl Shared {
                 *last_ip,
             );
         }
+        let event_trace_caps = self.opts.caps.event_trace;
         for (i, insn) in tb.instructions().enumerate() {
             let (ip, bytes) = (insns[i].0, insns[i].1.clone());
-            let op = system_op(&bytes, bitness);
+            // CLI only matters to Event Trace: other profiles do not instrument it.
+            let op = system_op(&bytes, bitness).filter(|&o| o != SystemOp::Cli || event_trace_caps);
             if let Some(op) = op {
                 let len = bytes.len() as u64;
                 insn.register_execute_callback_flags(
@@ -1106,6 +1118,13 @@ impl Shared {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
             v.bts.set_ia32e(lma);
         }
+        // Event Trace: RFLAGS.IF at this block's entry, after whatever the previous block's
+        // last instruction did (a far transfer's MODE.Exec reports it; STI and POPF end QEMU's
+        // block, so a change without a transfer is reported here with FUP(this block)).
+        let event_trace = v.tracer.trace_en() && v.tracer.event_en();
+        if event_trace {
+            v.tracer.stage_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
+        }
         let mut sink = Retire {
             pt: &mut v.tracer,
             rtit: v.rtit.as_mut(),
@@ -1119,6 +1138,9 @@ impl Shared {
         let far_before = v.flow.stats().far_transfers;
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         let bts_pmi = sink.bts_pmi;
+        if event_trace {
+            v.tracer.if_boundary(pc);
+        }
         if v.pmu.pebs_due() {
             // The previous block's last instruction triggered it: this block's first instruction
             // is the next one, and the registers are those after the trigger.
@@ -1500,7 +1522,7 @@ impl Shared {
     /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] and a PMI through the
     /// local APIC's performance-counter LVT, as a performance-monitoring overflow would.
     fn raise_topa_pmi(&self, v: &mut Vcpu) {
-        v.msrs.set_topa_pmi();
+        v.msrs.topa_pmi_triggered();
         v.pmu.set_topa_pmi();
         Self::deliver_pmi();
     }
@@ -1567,6 +1589,20 @@ impl Shared {
             let ecx = v.regs.get("rcx").unwrap_or(0) as u32 & !(1 << 15);
             let pdcm = v.pmu.caps().perf_capabilities().is_some();
             v.regs.set("rcx", u64::from(ecx | (u32::from(pdcm) << 15)));
+            if self.opts.caps.power_events {
+                // CPUID.1:ECX[3] MONITOR/MWAIT: QEMU's TCG MWAIT halts like HLT on one vCPU and
+                // is a no-op with several, and MONITOR arms nothing, so the MWAIT power events
+                // (MWAIT hints, the hinted C-state, wake by a store) cannot be faithful: a part
+                // with power event trace advertises no MONITOR/MWAIT here (README "Newest parts").
+                let ecx = v.regs.get("rcx").unwrap_or(0);
+                v.regs.set("rcx", ecx & !(1 << 3));
+            }
+            if let Some(sig) = self.opts.signature {
+                // The family/model/stepping of the part the profile models (EAX[31:28] and
+                // [15:14] are reserved and kept).
+                let eax = v.regs.get("rax").unwrap_or(0) as u32;
+                v.regs.set("rax", u64::from((eax & 0xF000_C000) | sig.cpuid_01_eax()));
+            }
         }
         match leaf {
             0 => {
@@ -1705,11 +1741,26 @@ impl Shared {
             }
             SystemOp::Rdtsc => v.pending.rdtsc = Some(self.raw_clock(v)),
             SystemOp::MovToCr3 => {}
+            SystemOp::Cli => {
+                // Event Trace: CLI clears IF when CPL <= IOPL (else #GP, no change), in the
+                // middle of a block: MODE.Exec(IF = 0) and FUP(NLIP) at the instruction.
+                if v.tracer.trace_en() && v.tracer.event_en() {
+                    let rflags = v.regs.get("eflags").unwrap_or(0);
+                    let cpl = v.regs.get("cs").unwrap_or(0) & 3;
+                    if cpl <= (rflags >> 12) & 3 {
+                        v.tracer.stage_if(false);
+                        v.tracer.if_boundary(ip + len);
+                    }
+                }
+            }
             SystemOp::Hlt => {
                 // CPU_CLK_UNHALTED: cycles up to the HLT count, the halted time does not (the
                 // clock restarts at the next block, after the wake-up).
                 self.count_to(v, ip);
                 v.cycle_clock = None;
+                // Power event trace: the core enters C1 until an interrupt (`on_discon` sends
+                // the PWRX). Before `store_held`: the packets reach memory during the halt.
+                v.tracer.halt(ip);
                 self.store_held(v);
             }
         }
@@ -1808,10 +1859,20 @@ impl Shared {
                 let ctx = current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven);
                 v.tracer.set_context(ctx);
                 v.tracer.reconfigure(self.trace_config(v));
+                if v.msrs.ctl.event_en() {
+                    // Event Trace: MODE.Exec carries RFLAGS.IF from the PSB+ on.
+                    v.tracer.set_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
+                }
                 // SDM Table 33-11, EBX[1] = 0: "a PSB is always generated" when TraceEn is set.
                 let restored = if self.opts.caps.psb_cyc { v.msrs.status.packet_byte_cnt() } else { 0 };
                 v.tracer.set_packet_byte_count(u64::from(restored));
+                // PSB and PMI preservation (CPUID.(14H,0):EBX[6], InjectPsbPmiOnEnable).
+                let (inject_psb, inject_pmi) = v.msrs.enable_injections();
+                if inject_psb {
+                    v.tracer.inject_psb_at_enable();
+                }
                 let ctl = v.msrs.ctl;
+                self.ctl_used.fetch_or(ctl.0, Ordering::Relaxed);
                 // With STATUS.Stopped or STATUS.Error already set, TriggerEn stays 0: no packets
                 // and no output until software clears them (SDM §33.2.7.2 ToPA errors, TraceStop).
                 let blocked = v.msrs.status.stopped() || v.msrs.status.error();
@@ -1829,11 +1890,16 @@ impl Shared {
                     v.tracer.take_output();
                 }
                 self.drain(v);
+                if inject_pmi {
+                    // STATUS.PendTopaPMI at the enable: the ToPA PMI is pended anew.
+                    self.raise_topa_pmi(v);
+                }
             }
             Ok(WriteEffect::TraceDisabled) => {
                 // Everything buffered reaches memory before the WRMSR completes, so the guest
                 // reads a complete stream and final pointers right after it.
                 v.tracer.write_ctl(ip, nlip, v.msrs.ctl);
+                v.msrs.trace_disabled(v.tracer.psb_due());
                 self.flush_output(v);
                 v.output.stop();
                 v.output_active = false;
@@ -1989,7 +2055,8 @@ impl Shared {
             // The ground truth lists retired instructions: a faulting instruction and an INT n /
             // INT3 do not retire before the event (PT reports them with a FUP at their own
             // address, and decoders show the event before them).
-            if std::mem::take(&mut v.exception_pending) {
+            let exception = std::mem::take(&mut v.exception_pending);
+            if exception {
                 if let Some(t) = v.truth.as_mut() {
                     let line = format!("{from:x}\n");
                     if t.ends_with(line.as_bytes()) {
@@ -2003,6 +2070,30 @@ impl Shared {
                 let _ = writeln!(crate::user::HexLine(t), "#event {from:x} {to:x}");
             }
             sh.update_tsc(v);
+            // An interrupt ends a HLT's C1 (power event trace: PWRX before the interrupt's FUP
+            // and TIP; nothing unless a PWRE was sent).
+            v.tracer.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+            if v.tracer.trace_en() && v.tracer.event_en() {
+                // Event Trace: the vector (the IDT gate whose offset is the handler), CR2 for a
+                // page fault, and RFLAGS.IF in the handler (an interrupt gate cleared it).
+                if let Some(vector) = sh.idt_vector_of(v, to) {
+                    let cr2 = (vector == 14).then(|| v.regs.get("cr2").unwrap_or(0));
+                    v.tracer.cfe_interrupt(vector, cr2);
+                    // RFLAGS.IF before the event, from the 64-bit frame the delivery pushed
+                    // (SDM Vol. 3A §6.14.2: [error code,] RIP, CS, RFLAGS, RSP, SS): what an
+                    // IRET retired just before it restored (reported with that IRET).
+                    let err = exception && matches!(vector, 8 | 10..=14 | 17 | 21 | 29 | 30);
+                    let efer = v.regs.get("efer").unwrap_or(0);
+                    if efer & (1 << 10) != 0 {
+                        let rsp = v.regs.get("rsp").unwrap_or(0);
+                        let mut b = [0u8; 8];
+                        if guest::read_vaddr(rsp + 16 + if err { 8 } else { 0 }, &mut b) {
+                            v.tracer.stage_if(u64::from_le_bytes(b) & (1 << 9) != 0);
+                        }
+                    }
+                }
+                v.tracer.stage_event_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
+            }
             // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
@@ -2097,7 +2188,11 @@ impl Shared {
                 Err(e) => eprintln!("pttrace: host copy of the trace incomplete: {e}"),
                 // Every stream is complete: say so (a directory without end= was cut short).
                 Ok(()) => {
-                    let meta = format!("{}end=exit\n", system_meta(&self.opts));
+                    let meta = format!(
+                        "{}{}end=exit\n",
+                        system_meta(&self.opts),
+                        decoder_meta(RtitCtl(self.ctl_used.load(Ordering::Relaxed)))
+                    );
                     if let Err(e) = crate::output::replace_file(&dir.join("meta.txt"), meta.as_bytes()) {
                         eprintln!("pttrace: writing meta.txt: {e}");
                     }
@@ -2110,6 +2205,40 @@ impl Shared {
 /// meta.txt of a full-system run (`end=` is added once every stream is complete).
 fn system_meta(opts: &SystemOptions) -> String {
     format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","))
+}
+
+impl Shared {
+    /// The vector whose 64-bit IDT gate (SDM Vol. 3A §6.14.1) points at `handler`, from the IDT
+    /// base the guest loaded with LIDT; the lowest one if several gates share the handler, None
+    /// without a readable IDT. (QEMU's discontinuity callback does not report the vector.)
+    fn idt_vector_of(&self, v: &Vcpu, handler: u64) -> Option<u8> {
+        let idt = v.idt_base?;
+        let mut table = vec![0u8; 256 * 16];
+        if !guest::read_vaddr(idt, &mut table) {
+            return None;
+        }
+        (0..256usize).find_map(|n| {
+            let g = pttrace_core::idt::Gate64::parse(table[n * 16..n * 16 + 16].try_into().ok()?);
+            (g.present && g.offset == handler).then_some(n as u8)
+        })
+    }
+}
+
+/// meta.txt lines for the IA32_RTIT_CTL settings that change how a trace decodes, from the OR
+/// of every enabling CTL value of the run; nothing for traces without them (older meta.txt
+/// files stay as they were).
+fn decoder_meta(used: RtitCtl) -> String {
+    let mut m = String::new();
+    if used.dis_tnt() {
+        // IA32_RTIT_CTL[55] DisTNT: no TNT packets, the instruction flow cannot be walked.
+        m.push_str("dis_tnt=1\n");
+    }
+    if used.event_en() {
+        // IA32_RTIT_CTL[31] EventEn: MODE.Exec carries RFLAGS.IF; libipt reports it with
+        // enable_iflags_events, "Use this only when Event Tracing was enabled".
+        m.push_str("event_trace=1\n");
+    }
+    m
 }
 
 /// What became of the #UD QEMU raised for an RDPMC.
@@ -2222,6 +2351,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
         may_record,
         code: crate::output::CodeImageV1::default(),
         last_started: PerVcpuU64::new(),
+        ctl_used: AtomicU64::new(0),
         // QEMU allocates scoreboards for 16 vCPUs and moves them only when a vCPU with a higher
         // index appears (plugins/core.c, plugin_grow_scoreboards__locked).
         fixed_scoreboards: max_vcpus <= 16,

@@ -21,12 +21,18 @@ USAGE:
         offset, ptdump-style. --libipt uses libipt's packet decoder; --raw also
         prints each packet's bytes. Exit 1 if any packet fails to decode.
 
-    pttrace decode DIR [--thread N] [--summary]
+    pttrace decode DIR [--thread N] [--summary] [--events]
         Reconstruct the executed instructions of every DIR/thread-N.pt with
         libipt (memory from DIR/code.img) and print one address per line
         (lowercase hex, no 0x), each thread preceded by a `thread N` line.
         --thread N   only thread N, without the header line
         --summary    only print the per-thread summary (stderr)
+        --events     also print the power and Event Trace events libipt reports,
+                     ptxed style: `[pwre c1.0]`, `[exstop, ip: ADDR]`,
+                     `[pwrx int: c1 (c1)]`, `[mwait HINTS EXT, ip: ADDR]`,
+                     `[interrupt VEC[, cr2: ADDR], ip: ADDR]`, `[iret, ip: ADDR]`,
+                     and `[if 0|1, ip: ADDR]` (RFLAGS.IF; libipt's iflags events are
+                     enabled when meta.txt says event_trace=1)
         Exit 1 if any stream had a decode error.
 
     pttrace compare DIR [--thread N] [--context K]
@@ -135,7 +141,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     }
 
     let mut positional: Vec<OsString> = Vec::new();
-    let (mut libipt, mut raw, mut summary) = (false, false, false);
+    let (mut libipt, mut raw, mut summary, mut events) = (false, false, false, false);
     let mut cycle_acc = None;
     let mut thread = None;
     let mut context = None;
@@ -154,6 +160,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                     ("dump", "--libipt") => libipt = true,
                     ("dump", "--raw") => raw = true,
                     ("decode" | "rtit-decode", "--summary") => summary = true,
+                    ("decode", "--events") => events = true,
                     ("decode" | "compare" | "rtit-decode", "--thread") => thread = Some(parse_u32(o, it.next())?),
                     ("rtit-dump", "--cycle-acc") => cycle_acc = Some(true),
                     ("rtit-decode", "--bits") => {
@@ -215,6 +222,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             opts: DecodeOptions {
                 thread,
                 summary_only: summary,
+                events,
                 ..DecodeOptions::default()
             },
         },
@@ -225,6 +233,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             opts: DecodeOptions {
                 thread,
                 summary_only: summary,
+                events: false,
                 bits,
                 code16,
                 code32,
