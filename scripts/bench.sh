@@ -118,7 +118,7 @@ for _ in $(seq "$runs"); do
   with=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r')
   # The same with the model on the vCPU at every block (PTTRACE_RECORD=0, the reference path),
   # with recorded blocks run by the vCPU itself (PTTRACE_ENCODER=0) and by the encoder thread
-  # (PTTRACE_ENCODER=1); the default picks the thread only with more host CPUs than vCPUs.
+  # (PTTRACE_ENCODER=1); the default is the vCPU.
   r0+=("$(PTTRACE_RECORD=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
   e0+=("$(PTTRACE_ENCODER=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
   e1+=("$(PTTRACE_ENCODER=1 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
@@ -144,7 +144,7 @@ echo "  single range, model at every block:      $(m "${r0[@]}") ($(r "$(m "${r0
 echo "  single range, recorded, run on the vCPU: $(m "${e0[@]}") ($(r "$(m "${e0[@]}")" "$b")) (PTTRACE_ENCODER=0)"
 echo "  single range, recorded, encoder thread:  $(m "${e1[@]}") ($(r "$(m "${e1[@]}")" "$b")) (PTTRACE_ENCODER=1)"
 [ ${#fl[@]} -gt 0 ] && echo "  floor (empty C callback per block):      $(m "${fl[@]}") ($(r "$(m "${fl[@]}")" "$b"))"
-echo "  ($(nproc) host CPUs; with 1 vCPU the default runs recorded blocks on the encoder thread when there are 2 or more)"
+echo "  ($(nproc) host CPUs; by default the vCPU runs its recorded blocks, PTTRACE_ENCODER=1 starts the encoder thread)"
 
 [ "${BENCH_LINUX:-1}" = 0 ] && exit 0
 # The Linux guest (issue 13's last two rows): boot to /init with and without the plugin (the

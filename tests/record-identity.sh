@@ -4,8 +4,8 @@
 # must not change a single packet, nor when output reaches guest memory in a way the guest sees
 # (ToPA PMI, STOP). Each guest that produces Intel PT without ground truth runs three ways:
 #   PTTRACE_RECORD=0     the model runs at every block as it executes (the reference path)
-#   PTTRACE_ENCODER=1    recording + encoder thread (the default when the host has more CPUs than vCPUs)
-#   PTTRACE_ENCODER=0    recording, the vCPU runs its recorded blocks itself
+#   PTTRACE_ENCODER=1    recording + encoder thread
+#   PTTRACE_ENCODER=0    recording, the vCPU runs its recorded blocks itself (the default)
 # and its streams (thread-*.pt, the host copy of every byte) must be byte-identical.
 # Skipped: guests whose streams differ from run to run on their own (a LAPIC timer interrupt
 # lands at a point that depends on host time: t_pt_transfers, t_pt_smp, t_stress_smp) and guests

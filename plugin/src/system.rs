@@ -2365,17 +2365,12 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
     if SHARED.set(shared).is_err() {
         fail("plugin loaded twice");
     }
-    // The encoder thread helps only with a host CPU to itself: with no more CPUs than vCPUs it
-    // would take turns with them (and a vCPU waiting for a preempted encoder holding its model
-    // is slower than the vCPU running its blocks itself: measured on 2 busy CPUs, b_pt_loop
-    // 1.5-1.9 G guest cycles with the thread, 0.8-1.1 G without). PTTRACE_ENCODER=0/1 decides
-    // instead (tests and measurements).
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let encoder = match std::env::var("PTTRACE_ENCODER").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => cpus > smp_vcpus.max(1) as usize,
-    };
+    // The encoder thread (PTTRACE_ENCODER=1) runs recorded blocks beside the vCPU. It is not the
+    // default: on this project's 2-CPU hosts, busy with other jobs, a vCPU that needs its model
+    // while a preempted encoder holds it waits, and b_pt_loop took 1.55 G guest cycles with the
+    // thread against 0.68 G with the vCPU running its recorded blocks itself (1.19 G with the
+    // model at every block; make bench, 3 runs). An idle host with CPUs to spare was not measured.
+    let encoder = std::env::var("PTTRACE_ENCODER").is_ok_and(|v| v == "1");
     if may_record && encoder {
         let sh: &'static Shared = SHARED.get().expect("set above");
         let spawned = std::thread::Builder::new().name("pttrace-encoder".into()).spawn(move || sh.encoder_loop());
