@@ -20,13 +20,36 @@ use qemu_plugin::plugin::{HasCallbacks, Register};
 use qemu_plugin::{PluginId, TranslationBlock, VCPUIndex};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Set in the child of a guest fork(): the writer thread does not exist there, and the child's
-/// trace would interleave with the parent's files, so the child is not traced (reported at exit).
+/// Set in the child of a guest fork() that is not traced (`inherit=0`, `drain=realtime:`,
+/// `trace=off`): nothing is recorded there (reported at exit).
 pub(crate) static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
 
+/// fork() of a traced process (issue 19), in the forking thread before the fork: hold every lock
+/// the child needs, so no lock another thread held at that moment stays locked in the child.
+extern "C" fn on_fork_prepare() {
+    if let Some(sh) = user::SHARED.get().filter(|sh| sh.inherits()) {
+        sh.prepare_fork();
+    }
+}
+
+extern "C" fn on_fork_parent() {
+    if let Some(sh) = user::SHARED.get().filter(|sh| sh.inherits()) {
+        sh.after_fork_parent();
+    }
+}
+
 extern "C" fn on_fork_child() {
-    FORKED_CHILD.store(true, Ordering::Release);
-    fatal_signal::forked_child();
+    match user::SHARED.get().filter(|sh| sh.inherits()) {
+        Some(sh) => {
+            // The child's own streams start where it returns from fork (`Shared::syscall_return`).
+            fatal_signal::reset_in_child();
+            sh.after_fork_child();
+        }
+        None => {
+            FORKED_CHILD.store(true, Ordering::Release);
+            fatal_signal::forked_child();
+        }
+    }
 }
 
 unsafe extern "C" {
@@ -83,8 +106,9 @@ impl Register for PtTrace {
             let max = info.system.as_ref().map_or(1, |s| s.max_vcpus);
             return system::install(id, args, smp, max);
         }
-        // SAFETY: registers a plain function; called by the C library in the child after fork().
-        unsafe { pthread_atfork(None, None, Some(on_fork_child)) };
+        // SAFETY: registers plain functions; called by the C library around fork() (the prepare
+        // handler in the forking thread, the others in the parent and the child after it).
+        unsafe { pthread_atfork(Some(on_fork_prepare), Some(on_fork_parent), Some(on_fork_child)) };
         user::install(id, args)
     }
 }

@@ -1,0 +1,81 @@
+// Forked children (issue 19): fork from a multithreaded parent. Three threads run branchy work
+// while one of them (not the main thread) forks; the child has that thread alone, runs its own
+// work, forks once more and exits. The parent's threads keep running through the fork and are
+// joined.
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static unsigned long hash(unsigned rounds)
+{
+    static const char text[] = "the quick brown fox jumps over the lazy dog";
+    unsigned h = 2166136261u, vowels = 0;
+    for (unsigned r = 0; r < rounds; r++)
+        for (const char *p = text; *p; p++) {
+            switch (*p) {
+            case 'a': case 'e': case 'i': case 'o': case 'u': vowels++; break;
+            case ' ': h ^= r; break;
+            default: break;
+            }
+            h = (h ^ (unsigned char)*p) * 16777619u;
+        }
+    return h + vowels;
+}
+
+static unsigned long walk(unsigned depth, unsigned long x)
+{
+    if (depth == 0)
+        return x & 7;
+    return (x & 1 ? walk(depth - 1, x * 3 + 1) : walk(depth - 1, x >> 1)) + walk(depth - 1, x + depth) % 3;
+}
+
+static int reap(pid_t pid)
+{
+    int st;
+    if (waitpid(pid, &st, 0) != pid)
+        return 99;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+static unsigned long results[3];
+static int child_status = -1;
+
+static void *busy(void *arg)
+{
+    unsigned long *r = arg;
+    for (int i = 0; i < 30; i++)
+        *r += hash(20) + walk(8, (unsigned long)i);
+    return NULL;
+}
+
+static void *forker(void *arg)
+{
+    unsigned long *r = arg;
+    *r = walk(10, 5);
+    pid_t c = fork();
+    if (c == 0) {
+        // Only this thread exists in the child.
+        unsigned long h = hash(50);
+        pid_t g = fork();
+        if (g == 0)
+            _exit(walk(9, 3) ? 0 : 1);
+        _exit(h && reap(g) == 0 ? 0 : 1);
+    }
+    *r += hash(40);
+    child_status = reap(c);
+    return NULL;
+}
+
+int main(void)
+{
+    pthread_t t[3];
+    pthread_create(&t[0], NULL, busy, &results[0]);
+    pthread_create(&t[1], NULL, forker, &results[1]);
+    pthread_create(&t[2], NULL, busy, &results[2]);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    printf("fork_threads: child %d, %s\n", child_status, results[0] == results[2] ? "ok" : "differ");
+    return child_status != 0;
+}
