@@ -1,8 +1,10 @@
 // Forked children (issue 19): a parent with three children and a grandchild, each process
 // running its own branchy work, and code that diverges after the fork: before forking, the
-// parent writes function A into an RWX page and calls it; afterwards the first child writes B at
-// the same address and the parent C, and each calls its own. Each process's code.img must give
-// the decoder the bytes that process ran. The second child forks the grandchild; the third
+// parent writes function A into an RWX page and calls it, then rewrites it with B and calls that;
+// the first child calls the page as it inherited it (B, not the first bytes recorded there: the
+// child's code.img must carry the forking thread's view), then writes B again and again; the
+// parent writes C at the same address after the fork. Each process's code.img must give the
+// decoder the bytes that process ran. The second child forks the grandchild; the third
 // execs /bin/true (its stream ends at the execve, flushed first). Every process is waited for.
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,12 +78,13 @@ int main(void)
     long before = 0;
     for (int i = 1; i < 6; i++)
         before += call(fa, sizeof fa, i);
+    before += call(fb, sizeof fb, 3);
     pid_t c1 = fork();
     if (c1 == 0) {
-        long s = 0;
+        long s = ((volatile fn)(void *)page)(7);
         for (int i = 0; i < 10; i++)
             s += call(fb, sizeof fb, i);
-        _exit(s == 545 && collatz(200) == 124 ? 0 : 1);
+        _exit(s == 652 && collatz(200) == 124 ? 0 : 1);
     }
     pid_t c2 = fork();
     if (c2 == 0) {
