@@ -9,6 +9,8 @@
 # - fork_die: a child killed by SIGSEGV keeps its trace: decoded exactly = ground truth up to and
 #   including the faulting instruction; a child that raises SIGTERM ends in order (its own
 #   finisher) and decodes exactly.
+# - fork_storm: 4 threads fork 20 children each at once (locks held across fork): 81 processes,
+#   all decoded = ground truth.
 # - dash (Debian) with command substitution and subshells: every process decoded = ground truth.
 # - inherit=0: no process directory, the children say they are not traced, the parent decodes.
 # - pttrace perf on a run with children: converts the program's own process and says so; a
@@ -25,6 +27,9 @@ die=$top/target/fork/bin/fork_die
 mkdir -p "${die%/*}"
 [ "$die" -nt "$top/tests/fork/fork_die.c" ] ||
   gcc -O1 -g -static -fno-pie -no-pie -Wall -Werror -o "$die" "$top/tests/fork/fork_die.c" || exit 1
+storm=$top/target/fork/bin/fork_storm
+[ "$storm" -nt "$top/tests/fork/fork_storm.c" ] ||
+  gcc -O1 -g -static -fno-pie -no-pie -pthread -Wall -Werror -o "$storm" "$top/tests/fork/fork_storm.c" || exit 1
 release=${PTTRACE_TARGET:-$top/target}/release
 plugin=$release/libpttrace.so
 tool=$release/pttrace
@@ -135,6 +140,21 @@ if [ "$rc" = 0 ] && [ -n "$segv" ] && [ -n "$term" ] &&
   ok "fork_die: the SIGSEGV child's decoded flow = truth through the faulting store at $fault ($t instructions); the SIGTERM child ends with end=signal 15 and decodes exactly; the parent exits 0"
 else
   bad "fork_die: exit $rc, SIGSEGV child '$segv', SIGTERM child '$term', fault at '$fault' ($insn)"; cat "$d.compare"
+fi
+
+# 3b. Forks from 4 threads at once while the others make system calls: 80 children, every
+#     process decoded = ground truth, no hang (bounded by timeout).
+d=$out/storm
+"$q" -plugin "$plugin,out=$d,truth=1" "$storm" >"$d.stdout" 2>"$d.stderr" &
+pid=$!
+( sleep 300; kill -KILL "$pid" 2>/dev/null ) & watchdog=$!
+wait "$pid"; rc=$?
+kill "$watchdog" 2>/dev/null; wait "$watchdog" 2>/dev/null
+nproc=$(pids "$d" | wc -l)
+if [ "$rc" = 0 ] && [ "$nproc" = 81 ] && "$tool" compare "$d" >"$d.compare" 2>&1; then
+  ok "fork_storm: 4 threads forking 20 children each at once: $(tail -1 "$d.compare")"
+else
+  bad "fork_storm: exit $rc, $nproc processes"; tail -3 "$d.compare" "$d.stderr"
 fi
 
 # 4. dash: command substitution, a subshell, a pipeline into an external program.
