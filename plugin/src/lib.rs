@@ -83,7 +83,10 @@ pub(crate) fn guarded(what: &str, f: impl FnOnce()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err()
         && !BROKEN.swap(true, Ordering::AcqRel)
     {
-        eprintln!("pttrace: internal error in {what}; tracing stopped, the trace written so far is incomplete");
+        // Not eprintln!: it panics when stderr is gone (a closed pipe), and this runs outside
+        // the guard (on the finisher thread that would end the thread, never the process).
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "pttrace: internal error in {what}; tracing stopped, the trace written so far is incomplete");
     }
 }
 

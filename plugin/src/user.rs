@@ -593,7 +593,9 @@ impl Shared {
             eprintln!("pttrace: vCPU {vcpu} exceeds the {MAX_VCPUS} the plugin can trace; it is not traced");
             return;
         };
-        if self.opts.trace == TraceKind::Off {
+        if self.opts.trace == TraceKind::Off || forked_child() {
+            // A forked child that is not traced (`inherit=0`): nothing to set up, and a slot's
+            // lock may have been held by a thread of the parent at the fork.
             return;
         }
         let thread = self.next_thread.fetch_add(1, Ordering::Relaxed);

@@ -1,6 +1,6 @@
 // Forked children (issue 19): fork from a multithreaded parent. Three threads run branchy work
 // while one of them (not the main thread) forks; the child has that thread alone, runs its own
-// work, forks once more and exits. The parent's threads keep running through the fork and are
+// work in it and in a thread of its own, forks once more and exits. The parent's threads keep running through the fork and are
 // joined.
 #include <pthread.h>
 #include <stdio.h>
@@ -50,18 +50,28 @@ static void *busy(void *arg)
     return NULL;
 }
 
+static void *child_thread(void *arg)
+{
+    *(unsigned long *)arg = walk(9, 11);
+    return NULL;
+}
+
 static void *forker(void *arg)
 {
     unsigned long *r = arg;
     *r = walk(10, 5);
     pid_t c = fork();
     if (c == 0) {
-        // Only this thread exists in the child.
+        // Only this thread exists in the child; it starts one of its own.
+        pthread_t t;
+        unsigned long w = 0;
+        pthread_create(&t, NULL, child_thread, &w);
         unsigned long h = hash(50);
+        pthread_join(t, NULL);
         pid_t g = fork();
         if (g == 0)
             _exit(walk(9, 3) ? 0 : 1);
-        _exit(h && reap(g) == 0 ? 0 : 1);
+        _exit(h && w && reap(g) == 0 ? 0 : 1);
     }
     *r += hash(40);
     child_status = reap(c);
@@ -71,9 +81,13 @@ static void *forker(void *arg)
 int main(void)
 {
     pthread_t t[3];
+    // The forker is the newest thread: QEMU 10.2 keeps the parent's vCPU indices in a forked
+    // child's plugin state and aborts with any plugin loaded (qemu_plugin_vcpu_init__async:
+    // assertion failed) when the child starts a thread while a thread newer than the forking one
+    // lived in the parent. The child's new vCPU then gets an index no parent thread had.
     pthread_create(&t[0], NULL, busy, &results[0]);
-    pthread_create(&t[1], NULL, forker, &results[1]);
     pthread_create(&t[2], NULL, busy, &results[2]);
+    pthread_create(&t[1], NULL, forker, &results[1]);
     for (int i = 0; i < 3; i++)
         pthread_join(t[i], NULL);
     printf("fork_threads: child %d, %s\n", child_status, results[0] == results[2] ? "ok" : "differ");
