@@ -11,7 +11,8 @@
 //! - Locks: the forking thread takes every lock of the plugin's state before fork() and gives it
 //!   up after it, in the parent and in the child (`prepare_fork`, pthread_atfork), so the child
 //!   never finds a lock that a thread which does not exist there held. Lock order: the slots in
-//!   index order, then code.img's versions, the signal handlers, pending mmaps, totals, maps.
+//!   index order, then code.img's versions, the signal handlers, pending mmaps, totals, maps,
+//!   stderr. (The plugin's callbacks take no lock of the qemu-plugin crate: see lib.rs.)
 //! - Threads: the child starts its own writer (`Output::restart`), encoder and finisher.
 //! - Bytes: whatever the parent had buffered (every thread's packets and truth lines not yet
 //!   handed off, the writer's queue) is the parent's and stays unwritten in the child.
@@ -25,6 +26,13 @@
 //!   after the fork). maps.txt starts with the parent's lines.
 
 use super::*;
+
+thread_local! {
+    /// stderr's lock, held by the forking thread across fork() (`prepare_fork`): a thread of the
+    /// parent printing at that moment would leave it locked in the child, whose messages (its
+    /// summary at exit) would then wait forever.
+    static STDERR_HELD: std::cell::RefCell<Option<std::io::StderrLock<'static>>> = const { std::cell::RefCell::new(None) };
+}
 
 impl Shared {
     /// Are forked children traced? `inherit=1` (default), something traced, and a drain that
@@ -45,11 +53,14 @@ impl Shared {
         std::mem::forget(self.pending_mmap.lock());
         std::mem::forget(self.totals.lock());
         std::mem::forget(self.maps_log.lock());
+        // Last: a thread may print while it holds one of the locks above, never the reverse.
+        STDERR_HELD.with(|h| *h.borrow_mut() = Some(std::io::stderr().lock()));
     }
 
     /// Give up `prepare_fork`'s locks (in the parent, and in the child, where the forking
     /// thread's copy is the only thread).
     fn unlock_after_fork(&self) {
+        STDERR_HELD.with(|h| drop(h.borrow_mut().take()));
         // SAFETY: every lock below was taken by `prepare_fork` on this thread (in the child: on
         // the thread this one continues) and its guard forgotten.
         unsafe {
