@@ -94,14 +94,6 @@ pub struct OutDir {
     pub multi: bool,
 }
 
-/// `proc-PID` or `proc-PID.K` -> (PID, K) (decimal; K = 1 without a suffix).
-fn process_dir_name(name: &str) -> Option<(u32, u32)> {
-    let rest = name.strip_prefix("proc-")?;
-    let (pid, k) = rest.split_once('.').unwrap_or((rest, "1"));
-    let num = |s: &str| (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten();
-    Some((num(pid)?, num(k)?))
-}
-
 /// `thread-N.<ext>` -> N (N must be a plain decimal number).
 fn thread_number(name: &str, ext: &str) -> Option<u32> {
     let n = name
@@ -172,7 +164,7 @@ impl OutDir {
         for ent in rd {
             let ent = ent.map_err(|e| ToolError::io("cannot list", &self.path, e))?;
             let name = ent.file_name();
-            let Some(key) = name.to_str().and_then(process_dir_name) else { continue };
+            let Some(key) = name.to_str().and_then(pttrace_core::process_dir::parse) else { continue };
             if ent.path().is_dir() {
                 children.push((key, ent.path()));
             }
@@ -322,16 +314,6 @@ mod tests {
         assert_eq!(thread_number("thread-1xpt", "pt"), None);
         assert_eq!(thread_number("thread-3.rtit", "rtit"), Some(3));
         assert_eq!(thread_number("thread-3.rtit", "pt"), None);
-    }
-
-    #[test]
-    fn process_directory_names() {
-        assert_eq!(process_dir_name("proc-1234"), Some((1234, 1)));
-        assert_eq!(process_dir_name("proc-1234.2"), Some((1234, 2)));
-        assert_eq!(process_dir_name("proc-"), None);
-        assert_eq!(process_dir_name("proc-12.x"), None);
-        assert_eq!(process_dir_name("proc-12."), None);
-        assert_eq!(process_dir_name("thread-1.pt"), None);
     }
 
     #[test]

@@ -167,13 +167,13 @@ impl Shared {
     }
 }
 
-/// `proc-PID` (`proc-PID.K` if a process of this run had that pid before): a forked process's
-/// directory. Never an existing one: its files would be another process's.
+/// The forked process's directory (`pttrace_core::process_dir`): `proc-PID`, or `proc-PID.K` if
+/// a process of this run had that pid before. Never an existing one: its files would be another
+/// process's.
 pub(crate) fn process_dir(root: &std::path::Path, pid: u32) -> std::io::Result<std::path::PathBuf> {
     let mut k = 1u32;
     loop {
-        let name = if k == 1 { format!("proc-{pid}") } else { format!("proc-{pid}.{k}") };
-        let dir = root.join(name);
+        let dir = root.join(pttrace_core::process_dir::name(pid, k));
         match std::fs::create_dir(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 1000 => k += 1,
@@ -182,11 +182,9 @@ pub(crate) fn process_dir(root: &std::path::Path, pid: u32) -> std::io::Result<s
     }
 }
 
-/// `proc-PID` or `proc-PID.K` (decimal).
+/// A forked process's directory name.
 pub(crate) fn is_process_dir(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix("proc-") else { return false };
-    let (pid, k) = rest.split_once('.').unwrap_or((rest, "1"));
-    [pid, k].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    pttrace_core::process_dir::parse(name).is_some()
 }
 
 /// Remove a forked process's directory of an earlier run: only the files the plugin writes, then
