@@ -32,6 +32,7 @@ test-corpus: all qemu
 	@bash tests/stream-digests.sh
 	@bash tests/options.sh
 	@bash tests/run-guest.sh
+	@bash tests/record-identity.sh
 	@bash tests/signals.sh
 	@bash tests/perf-data.sh
 	@bash tests/code-versions.sh
@@ -42,6 +43,7 @@ test: test-unit test-corpus test-linux
 # A stock Debian Linux guest running perf with the emulated Intel PT (~5 minutes under TCG).
 test-linux: all qemu
 	@bash tests/linux/perf_pt.sh
+	@bash tests/linux/newest_pt.sh
 
 # Cost against the same QEMU without a plugin (prints ratios; not a test).
 bench: all qemu

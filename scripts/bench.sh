@@ -112,10 +112,17 @@ export QEMU=$qemu_dir/qemu-system-x86_64
 gbin=$top/target/guest/bin
 bash "$top/tests/guest/build.sh" "$gbin" >/dev/null
 field() { sed -n "s/.*BENCH .* $1=\\([0-9]*\\).*/\\1/p"; }
-np=() cf=() on=() tp=() offp=() gbytes=0
+np=() cf=() on=() tp=() offp=() gbytes=0 fl=() e0=() e1=() r0=()
 for _ in $(seq "$runs"); do
   base=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" 2>/dev/null | tr -d '\r')
   with=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r')
+  # The same with the model on the vCPU at every block (PTTRACE_RECORD=0, the reference path),
+  # with recorded blocks run by the vCPU itself (PTTRACE_ENCODER=0) and by the encoder thread
+  # (PTTRACE_ENCODER=1); the default picks the thread only with more host CPUs than vCPUs.
+  r0+=("$(PTTRACE_RECORD=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
+  e0+=("$(PTTRACE_ENCODER=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
+  e1+=("$(PTTRACE_ENCODER=1 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
+  [ -n "$floor_empty" ] && fl+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$floor_empty" 2>/dev/null | tr -d '\r' | field off)")
   np+=("$(field off <<<"$base")")
   offp+=("$(field off <<<"$with")")
   cf+=("$(field configured <<<"$with")")
@@ -133,6 +140,11 @@ echo "  plugin loaded, PT never enabled:         $(m "${offp[@]}") ($(r "$(m "${
 echo "  RTIT_CTL configured, TraceEn = 0:        $(m "${cf[@]}") ($(r "$(m "${cf[@]}")" "$b"))"
 echo "  Intel PT on (single range):              $(m "${on[@]}") ($(r "$(m "${on[@]}")" "$b")), $gbytes trace bytes"
 echo "  Intel PT on (ToPA, 2 x 512 KiB):         $(m "${tp[@]}") ($(r "$(m "${tp[@]}")" "$b"))"
+echo "  single range, model at every block:      $(m "${r0[@]}") ($(r "$(m "${r0[@]}")" "$b")) (PTTRACE_RECORD=0: before issue 13 step 2)"
+echo "  single range, recorded, run on the vCPU: $(m "${e0[@]}") ($(r "$(m "${e0[@]}")" "$b")) (PTTRACE_ENCODER=0)"
+echo "  single range, recorded, encoder thread:  $(m "${e1[@]}") ($(r "$(m "${e1[@]}")" "$b")) (PTTRACE_ENCODER=1)"
+[ ${#fl[@]} -gt 0 ] && echo "  floor (empty C callback per block):      $(m "${fl[@]}") ($(r "$(m "${fl[@]}")" "$b"))"
+echo "  ($(nproc) host CPUs; with 1 vCPU the default runs recorded blocks on the encoder thread when there are 2 or more)"
 
 [ "${BENCH_LINUX:-1}" = 0 ] && exit 0
 # The Linux guest (issue 13's last two rows): boot to /init with and without the plugin (the
@@ -141,16 +153,17 @@ echo "  Intel PT on (ToPA, 2 x 512 KiB):         $(m "${tp[@]}") ($(r "$(m "${tp
 # and the write of perf.data included, as a user sees it).
 lscript=$(mktemp)
 cat >"$lscript" <<'GUEST'
-cd /tmp; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e intel_pt//u -o w.data calls 10000000 >/dev/null; t2=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "LINUXBENCH plain_ms=%d perf_ms=%d\n", (b - a) * 1000, (c - b) * 1000 }'
+cd /tmp; perf record -q -e dummy:u -o d.data true >/dev/null 2>&1; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e intel_pt//u -o w.data calls 10000000 >/dev/null; t2=$(cut -d' ' -f1 /proc/uptime); perf record -q -e dummy:u -o d.data calls 10000000 >/dev/null 2>&1; t3=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" 'BEGIN { printf "LINUXBENCH plain_ms=%d perf_ms=%d dummy_ms=%d\n", (b - a) * 1000, (c - b) * 1000, (d - c) * 1000 }'
 GUEST
 bootmsg() { sed -n 's/.*guest reached \/init at \([0-9.]*\) s uptime.*/\1/p' | tail -1; }
-nb=() wb=() lp=() lw=()
+nb=() wb=() lp=() lw=() ld=()
 for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   nb+=("$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" 2>&1 | tr -d '\r' | bootmsg)")
   lout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" -plugin "$plugin" 2>&1 | tr -d '\r')
   wb+=("$(bootmsg <<<"$lout")")
   lp+=("$(sed -n 's/^LINUXBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   lw+=("$(sed -n 's/^LINUXBENCH .*perf_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
+  ld+=("$(sed -n 's/^LINUXBENCH .*dummy_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
 done
 rm -f "$lscript"
 echo
@@ -159,3 +172,4 @@ echo "  boot to /init, no plugin:                $(m "${nb[@]}") s uptime"
 echo "  boot to /init, plugin loaded:            $(m "${wb[@]}") s uptime ($(r "$(m "${wb[@]}")" "$(m "${nb[@]}")"))"
 echo "  calls 10000000 (guest /proc/uptime):     $(m "${lp[@]}") ms"
 echo "  the same under perf record -e intel_pt//u:$(m "${lw[@]}") ms ($(r "$(m "${lw[@]}")" "$(m "${lp[@]}")"))"
+echo "  the same under perf record -e dummy:u:    $(m "${ld[@]}") ms ($(r "$(m "${ld[@]}")" "$(m "${lp[@]}")"): perf's own start-up and write, nothing traced)"

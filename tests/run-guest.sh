@@ -131,6 +131,27 @@ for elf in "$bin"/t_*.elf; do
     fi
     mem_note="${mem_note:+$mem_note; }second run byte-identical"
   fi
+  if grep -q '^// host-check: dis-tnt' "$top/tests/guest/$name.c"; then
+    # IA32_RTIT_CTL.DisTNT (issue 15): libipt's packet decoder reads the whole stream and finds
+    # no TNT packet but the TIPs; meta.txt says dis_tnt=1 and the instruction decoder refuses to
+    # walk code whose conditional branches left no trace.
+    if ! "$tool" dump --libipt "$dir/thread-1.pt" >"$dir/dump-libipt.txt" 2>"$dir/dump-libipt.err"; then
+      echo "FAIL $name: libipt's packet decoder: $(head -1 "$dir/dump-libipt.err")"; fail=1; continue
+    fi
+    ntnt=$(awk '$2 ~ /^tnt/' "$dir/dump-libipt.txt" | wc -l)
+    ntip=$(awk '$2 == "tip"' "$dir/dump-libipt.txt" | wc -l)
+    if [ "$ntnt" != 0 ] || [ "$ntip" -lt 15 ]; then
+      echo "FAIL $name: $ntnt TNT and $ntip TIP packets in the stream (expected none and 15)"; fail=1; continue
+    fi
+    if ! grep -qx 'dis_tnt=1' "$dir/meta.txt"; then
+      echo "FAIL $name: meta.txt does not record dis_tnt=1"; fail=1; continue
+    fi
+    if "$tool" decode "$dir" >/dev/null 2>"$dir/decode.err" || ! grep -q 'DisTNT' "$dir/decode.err"; then
+      echo "FAIL $name: pttrace decode did not refuse the DisTNT trace"; fail=1; continue
+    fi
+    echo "ok   $name: PASS in the guest${mem_note:+; $mem_note}; libipt packet decoder: $ntip TIP, 0 TNT; meta.txt dis_tnt=1, decode refused"
+    continue
+  fi
   if grep -q '^// host-check: rtit-buffovf' "$top/tests/guest/$name.c"; then
     nb=$("$tool" rtit-dump "$dir/thread-1.rtit" 2>/dev/null | grep -c -i 'BuffOvf')
     if [ "$nb" -lt 1 ]; then
@@ -171,6 +192,11 @@ for elf in "$bin"/t_*.elf; do
     # taken transfers of the plugin's per-instruction log while BTS was on (pttrace bts-expect).
     # `// bts-expect: ARGS` in the test's source adds filter arguments (--user-from, --off-os).
     bts_args=$(sed -n 's|^// bts-expect: *||p' "$top/tests/guest/$name.c" | head -1)
+    # @SYMBOL in those arguments: the symbol's address in the guest (e.g. a range of 32-bit code).
+    for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$bts_args" | sort -u); do
+      addr=$(nm "${elf%.elf}.elf64" | awk -v s="${sym#@}" '$3 == s { sub(/^0+/, "", $1); print $1 }')
+      bts_args=${bts_args//$sym/$addr}
+    done
     # shellcheck disable=SC2086
     if ! "$tool" bts-expect "$dir/thread-1.truth" "$dir/code.img" --on "$bts_on" --off "$bts_off" $bts_args \
         >"$dir/bts-expected.txt" 2>"$dir/bts-expect.err"; then
@@ -233,6 +259,10 @@ for elf in "$bin"/t_*.elf; do
       decoder=rtit-decode # the project's RTIT decoder (no public one exists)
       # RTIT carries no mode: `// rtit-decode: --bits N --code16 A-B` tells the decoder.
       decoder_args=$(sed -n 's|^// rtit-decode: *||p' "$top/tests/guest/$name.c" | head -1)
+      for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$decoder_args" | sort -u); do
+        addr=$(nm "${elf%.elf}.elf64" | awk -v s="${sym#@}" '$3 == s { sub(/^0+/, "", $1); print $1 }')
+        decoder_args=${decoder_args//$sym/$addr}
+      done
     fi
     # shellcheck disable=SC2086
     if ! "$tool" "$decoder" "$dir" --thread "$t" $decoder_args >"$dir/decoded-$t.txt" 2>"$dir/decode-$t.err"; then
@@ -255,6 +285,34 @@ for elf in "$bin"/t_*.elf; do
   done
   if [ -n "$bad" ] || [ -z "$counts" ]; then
     echo "FAIL $name: decoded flow differs from the ground truth for vCPU stream(s)${bad:- (none compared)}"; fail=1; continue
+  fi
+  events_want=$(sed -n 's|^// host-check: events *||p' "$top/tests/guest/$name.c" | head -1)
+  if [ -n "$events_want" ]; then
+    # The events libipt reports while decoding vCPU 0's stream (`pttrace decode --events`, ptxed
+    # notation), in order, must be exactly these ('|'-separated; @SYMBOL is the symbol's address).
+    want=""
+    while IFS= read -r ev; do
+      while [[ $ev =~ @([A-Za-z_][A-Za-z0-9_]*) ]]; do
+        sym=${BASH_REMATCH[1]}
+        addr=$(nm "${elf%.elf}.elf64" | awk -v s="$sym" '$3 == s { sub(/^0+/, "", $1); print $1 }')
+        ev=${ev/@$sym/$addr}
+      done
+      want="$want$ev"$'\n'
+    done < <(tr '|' '\n' <<<"$events_want")
+    got=$("$tool" decode "$dir" --thread 1 --events 2>/dev/null | sed -n 's/^\[\(.*\)\]$/\1/p')
+    # Line by line; `*` in an expected line matches anything (an interrupt's IP).
+    same=1
+    mapfile -t gl <<<"$got"
+    mapfile -t wl <<<"${want%$'\n'}"
+    [ "${#gl[@]}" = "${#wl[@]}" ] || same=0
+    for k in "${!wl[@]}"; do
+      # shellcheck disable=SC2053
+      [[ ${gl[$k]:-} == ${wl[$k]} ]] || same=0
+    done
+    if [ $same = 0 ]; then
+      echo "FAIL $name: libipt's events: got '$(tr '\n' '|' <<<"$got")', expected '$(tr '\n' '|' <<<"${want%$'\n'}")'"; fail=1; continue
+    fi
+    counts="$counts; libipt events: $(tr '\n' '|' <<<"$got" | sed 's/|$//')"
   fi
   echo "ok   $name: PASS in the guest${mem_note:+; $mem_note}; instructions decoded = ground truth: $counts${rtit_note:-}"
 done

@@ -107,6 +107,10 @@ pub enum SystemOp {
     Rdtsc,
     /// HLT: the unhalted-cycle counters stop until the processor wakes up.
     Hlt,
+    /// CLI: clears RFLAGS.IF without ending QEMU's translation block; with Event Trace the
+    /// change is reported at the instruction (MODE.Exec IF, FUP(NLIP)). Only instrumented by a
+    /// profile with Event Trace.
+    Cli,
 }
 
 /// The system operation of the instruction at the start of `bytes`, if any.
@@ -125,6 +129,7 @@ pub fn system_op(bytes: &[u8], bitness: u32) -> Option<SystemOp> {
         Mnemonic::Rdpmc => Some(SystemOp::Rdpmc),
         Mnemonic::Rdtsc | Mnemonic::Rdtscp => Some(SystemOp::Rdtsc),
         Mnemonic::Hlt => Some(SystemOp::Hlt),
+        Mnemonic::Cli => Some(SystemOp::Cli),
         Mnemonic::Mov if insn.op0_register() == iced_x86::Register::CR3 => Some(SystemOp::MovToCr3),
         _ => None,
     }

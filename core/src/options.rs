@@ -348,6 +348,9 @@ impl Options {
 pub struct SystemOptions {
     /// Capability profile the guest sees through CPUID leaf 14H.
     pub caps: crate::pt::caps::PtCaps,
+    /// CPUID.01H family/model/stepping of the part the profile models (`profile=sapphirerapids`);
+    /// None: QEMU's own.
+    pub signature: Option<crate::pt::caps::CpuSignature>,
     /// If set: also write each vCPU's packet stream to DIR/thread-N.pt for vCPU N-1 (exactly the bytes written to
     /// guest memory), code.img, and with `truth` the executed instructions to DIR/thread-N.truth.
     pub out: Option<PathBuf>,
@@ -373,6 +376,7 @@ pub struct SystemOptions {
 
 pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
   profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default), minimal;
+                    sapphirerapids: CPUID 06_8FH with the newer PT features (README \"Newest parts\");
                     silvermont: Atom RTIT (seed 002) instead of Intel PT, CPUID family/model 06_4DH
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
   truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth
@@ -389,6 +393,7 @@ impl SystemOptions {
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<SystemOptions, OptionError> {
         let mut o = SystemOptions {
             caps: crate::pt::caps::PtCaps::SKYLAKE,
+            signature: None,
             out: None,
             truth: false,
             bts: true,
@@ -408,7 +413,7 @@ impl SystemOptions {
             match key {
                 "profile" if v == "silvermont" => o.rtit = true,
                 "profile" => {
-                    o.caps = crate::pt::caps::PtCaps::by_name(v).ok_or_else(|| {
+                    (o.caps, o.signature) = crate::pt::caps::PtCaps::profile(v).ok_or_else(|| {
                         OptionError(format!(
                             "option 'profile': unknown profile '{v}' (accepted: {}, silvermont)",
                             crate::pt::caps::PtCaps::PROFILE_NAMES.join(", ")
@@ -507,8 +512,12 @@ mod tests {
         assert!(t.mtc_en() && t.cyc_en());
         assert_eq!((t.mtc_freq(), t.cyc_thresh()), (3, 2));
         let s = |a: &str| SystemOptions::parse([a]).unwrap_err().0;
-        assert!(s("profile=pentium").contains("accepted: skylake, minimal, silvermont"));
+        assert!(s("profile=pentium").contains("accepted: skylake, minimal, sapphirerapids, silvermont"));
         assert!(SystemOptions::parse(["profile=silvermont"]).unwrap().rtit);
+        let spr = SystemOptions::parse(["profile=sapphirerapids"]).unwrap();
+        assert_eq!(spr.caps, crate::pt::caps::PtCaps::SAPPHIRE_RAPIDS);
+        assert_eq!(spr.signature.map(|s| s.cpuid_01_eax()), Some(0x0008_06F8));
+        assert_eq!(SystemOptions::parse(["profile=skylake"]).unwrap().signature, None);
         assert!(s("truth=1").contains("needs out=DIR"));
         assert!(s("branch=1").contains("unknown option 'branch'"));
         assert!(SystemOptions::parse(["profile=skylake", "out=/tmp/x", "truth=1"]).is_ok());

@@ -155,6 +155,7 @@ impl<B: BlockRef> Executed<B> {
 /// None when that does not decide (an indirect or far transfer, a block QEMU left early,
 /// `last_started` not its last instruction, no or two candidates with that page offset): the
 /// caller reads RIP.
+#[inline]
 pub fn successor_pc(prev: &SysBlock, delta: u64, last_started: u64, next_translated: u64) -> Option<u64> {
     if last_started != prev.last.ip {
         return None;

@@ -1,6 +1,6 @@
-//! The per-vCPU model state: used by its own vCPU thread at every executed block, and by another
-//! thread only at exit. A lock whose uncontended release is a plain store (one atomic
-//! read-modify-write per block instead of parking_lot's two).
+//! The per-vCPU model state: used by its own vCPU thread at every executed block it does not only
+//! record (system mode, issue 13), by the encoder thread while it runs recorded blocks through
+//! the model, and at exit. A lock whose uncontended release is a plain store.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -20,14 +20,31 @@ impl<T> VcpuCell<T> {
         VcpuCell { busy: AtomicBool::new(false), value: UnsafeCell::new(value) }
     }
 
-    /// Exclusive access; waits (yielding) while another thread has it, which only happens while
-    /// the exit callback visits the vCPU.
+    /// Exclusive access; waits while another thread has it (the exit callback, or the encoder
+    /// thread running the vCPU's recorded blocks through the model: spins briefly, then yields).
     #[inline]
     pub fn lock(&self) -> VcpuGuard<'_, T> {
+        let mut spins = 0u32;
         while self.busy.swap(true, Ordering::Acquire) {
-            std::thread::yield_now();
+            while self.busy.load(Ordering::Relaxed) {
+                if spins < 1000 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
         }
         VcpuGuard { cell: self }
+    }
+
+    /// Exclusive access if nobody has it now (the encoder thread never waits for a vCPU).
+    #[inline]
+    pub fn try_lock(&self) -> Option<VcpuGuard<'_, T>> {
+        if self.busy.swap(true, Ordering::Acquire) {
+            return None;
+        }
+        Some(VcpuGuard { cell: self })
     }
 }
 

@@ -80,7 +80,7 @@ type Seen = [[bool; 6]; 4];
 /// encoder's last-IP (falling back to the best one when the choice cannot carry the IP) and
 /// record the IP a decoder must reconstruct.
 fn random_packet(rng: &mut Rng, enc: &mut LastIp, expect_ips: &mut Vec<Option<u64>>, seen: &mut Seen) -> Packet {
-    let kind = rng.below(20);
+    let kind = rng.below(26);
     if kind < 4 {
         let ip = random_ip(rng, enc.value());
         let c = rng.pick(&COMPRESSIONS);
@@ -125,6 +125,12 @@ fn random_packet(rng: &mut Rng, enc: &mut LastIp, expect_ips: &mut Vec<Option<u6
         15 => Packet::Tsc { tsc: rng.next() >> 8 },
         16 => Packet::Mtc { ctc: rng.next() as u8 },
         17 => Packet::Tma { ctc: rng.next() as u16, fast_counter: rng.below(1 << 9) as u16 },
+        19 => Packet::Exstop { ip: rng.chance(50) },
+        20 => Packet::Mwait { hints: rng.next() as u32, ext: (rng.next() >> 32) as u32 },
+        21 => Packet::Pwre { state: rng.below(16) as u8, sub_state: rng.below(16) as u8, hw: rng.chance(50) },
+        22 => Packet::Pwrx { last: rng.below(16) as u8, deepest: rng.below(16) as u8, wake: rng.below(16) as u8 },
+        23 => Packet::Cfe { ip: rng.chance(50), kind: rng.below(32) as u8, vector: rng.next() as u8 },
+        24 => Packet::Evd { kind: rng.below(32) as u8, payload: rng.next() },
         _ => Packet::Cyc { value: rng.next() >> rng.below(64) },
     }
 }
@@ -320,6 +326,10 @@ fn items(bytes: &[u8], seed: u64) -> Vec<Item> {
             Packet::TraceStop => panic!("seed {seed}: TraceStop without a TraceStop range"),
             Packet::ModeTsx { .. } => panic!("seed {seed}: MODE.TSX from the tracer"),
             Packet::Pad | Packet::Cbr { .. } | Packet::Tsc { .. } | Packet::Mtc { .. } | Packet::Tma { .. } | Packet::Cyc { .. } => {}
+            Packet::Exstop { .. } | Packet::Mwait { .. } | Packet::Pwre { .. } | Packet::Pwrx { .. } => {
+                panic!("seed {seed}: a power event packet without a HLT")
+            }
+            Packet::Cfe { .. } | Packet::Evd { .. } => panic!("seed {seed}: an event trace packet without EventEn"),
         }
     }
     out

@@ -490,3 +490,287 @@ fn pip_of_a_cr3_with_lam_bits_carries_only_the_address_bits() {
     let log = t.take_packet_log();
     assert!(log.iter().any(|p| matches!(p, Packet::Pip { cr3: 0x1000, .. })), "{log:?}");
 }
+
+// ---- IA32_RTIT_CTL[55] DisTNT (CPUID.(14H,0):EBX[8]) ----
+
+#[test]
+fn dis_tnt_loop_sends_no_tnt_and_the_indirect_jump_still_sends_its_tip() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_dis_tnt(true);
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    let jcc = BranchKind::Conditional { target: 0x401000 };
+    for _ in 0..7 {
+        t.branch(0x401010, 0x401012, jcc, 0x401000);
+    }
+    t.branch(0x401010, 0x401012, jcc, 0x401012);
+    t.branch(0x401012, 0x401014, BranchKind::IndirectJump, 0x401800);
+    assert_eq!(packets(&mut t), with_psb(&[M64, TipPge(ip(C::Update32, 0x401000)), Tip(ip(C::Update16, 0x1800))]));
+    assert_eq!(t.stats().tnt_bits, 0);
+}
+
+#[test]
+fn dis_tnt_compressed_ret_sends_nothing_and_noretcomp_ret_sends_its_tip() {
+    for dis_retc in [false, true] {
+        let mut cfg = user_cfg();
+        cfg.ctl.set_dis_tnt(true).set_dis_retc(dis_retc);
+        let mut t = tracer(cfg, Context::USER64);
+        t.enable(0x401000);
+        t.branch(0x401000, 0x401002, BranchKind::IndirectCall, 0x402000);
+        t.branch(0x402000, 0x402001, BranchKind::Return, 0x401002);
+        let mut want = vec![M64, TipPge(ip(C::Update32, 0x401000)), Tip(ip(C::Update16, 0x2000))];
+        if dis_retc {
+            want.push(Tip(ip(C::Update16, 0x1002)));
+        }
+        assert_eq!(packets(&mut t), with_psb(&want), "DisRETC = {dis_retc}");
+    }
+}
+
+#[test]
+fn dis_tnt_conditional_branch_leaving_the_filter_range_still_sends_tip_pgd() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_dis_tnt(true).set_addr_cfg(0, AddrCfg::Filter);
+    cfg.addr[0] = AddrRange { a: 0x401000, b: 0x401fff };
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    t.branch(0x401010, 0x401012, BranchKind::Conditional { target: 0x401000 }, 0x401000);
+    t.branch(0x401010, 0x401012, BranchKind::Conditional { target: 0x405000 }, 0x405000);
+    assert_eq!(packets(&mut t), with_psb(&[M64, TipPge(ip(C::Update32, 0x401000)), TipPgd(NOIP)]));
+}
+
+#[test]
+fn dis_tnt_direct_steady_shortcut_is_not_taken() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_dis_tnt(true);
+    let mut t = tracer(cfg, Context::USER64);
+    t.enable(0x401000);
+    // The steady-state shortcut records TNT bits: with DisTNT the general path must run.
+    assert!(!t.direct_steady(0x401000, true, true, 0));
+}
+
+// ---- PSB preservation: IA32_RTIT_STATUS[6] PendPSB with InjectPsbPmiOnEnable ----
+
+#[test]
+fn restored_packet_byte_count_continues_the_period_without_psb_at_enable() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.set_packet_byte_count(2040);
+    t.enable(0x401000);
+    assert_eq!(packets(&mut t), vec![M64, TipPge(ip(C::Update32, 0x401000))]);
+    assert!(!t.psb_due(), "2040 + 7 bytes: one short of the 2 KiB period");
+}
+
+#[test]
+fn pend_psb_inserts_psb_plus_at_enable_whatever_packet_byte_count_holds() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.set_packet_byte_count(2040);
+    t.inject_psb_at_enable();
+    t.enable(0x401000);
+    assert_eq!(packets(&mut t), with_psb(&[M64, TipPge(ip(C::Update32, 0x401000))]));
+    assert!(!t.psb_due());
+}
+
+#[test]
+fn psb_due_after_the_disabling_fup_and_tip_pgd_cross_the_period() {
+    let mut t = tracer(user_cfg(), Context::USER64);
+    t.set_packet_byte_count(2040);
+    t.enable(0x401000);
+    t.disable(0x401010);
+    // MODE.Exec 2 + TIP.PGE 5 + FUP 3 + TIP.PGD 1: 2051 bytes, no PSB+ inserted.
+    assert_eq!(t.packet_byte_count(), 2051);
+    assert!(t.psb_due());
+    assert!(!packets(&mut t).contains(&Psb));
+}
+
+// ---- power event trace: IA32_RTIT_CTL[4] PwrEvtEn ----
+
+fn kernel_pwr_cfg(pwr: bool, branch: bool) -> TraceConfig {
+    let mut ctl = RtitCtl::default();
+    ctl.set_os(true).set_branch_en(branch).set_pwr_evt_en(pwr);
+    TraceConfig { ctl, ..TraceConfig::default() }
+}
+
+#[test]
+fn hlt_woken_by_an_interrupt_pwre_exstop_ip_fup_then_pwrx_before_the_interrupt_fup_tip() {
+    let mut t = tracer(kernel_pwr_cfg(true, true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.branch(0x101000, 0x101002, BranchKind::Conditional { target: 0x101010 }, 0x101010);
+    t.halt(0x101010);
+    t.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101011 }, 0x102000, Context::KERNEL64);
+    let p = packets(&mut t);
+    let after_pge = &p[p.iter().position(|x| matches!(x, TipPge(_))).unwrap() + 1..];
+    assert_eq!(
+        after_pge,
+        &[
+            Tnt { bits: 1, count: 1 },
+            Pwre { state: 0, sub_state: 0, hw: false },
+            Exstop { ip: true },
+            Fup(ip(C::Update16, 0x1010)),
+            Pwrx { last: 0, deepest: 0, wake: 1 },
+            Fup(ip(C::Update16, 0x1011)),
+            Tip(ip(C::Update16, 0x2000)),
+        ]
+    );
+}
+
+#[test]
+fn hlt_without_branch_tracing_exstop_has_no_ip_and_no_fup() {
+    let mut t = tracer(kernel_pwr_cfg(true, false), Context::KERNEL64);
+    t.enable(0x101000);
+    t.halt(0x101010);
+    t.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101011 }, 0x102000, Context::KERNEL64);
+    let p = packets(&mut t);
+    let after = &p[p.iter().position(|x| *x == PsbEnd).unwrap() + 1..];
+    assert_eq!(after, &[Pwre { state: 0, sub_state: 0, hw: false }, Exstop { ip: false }, Pwrx { last: 0, deepest: 0, wake: 1 }]);
+}
+
+#[test]
+fn hlt_without_pwr_evt_en_sends_no_power_packets() {
+    let mut t = tracer(kernel_pwr_cfg(false, true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.halt(0x101010);
+    t.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+    assert!(!packets(&mut t).iter().any(|p| matches!(p, Pwre { .. } | Pwrx { .. } | Exstop { .. })));
+}
+
+#[test]
+fn mwait_c6_hints_precede_pwre_with_the_hinted_state() {
+    let mut t = tracer(kernel_pwr_cfg(true, true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.mwait(0x101010, 0x50, 1);
+    t.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
+    let p = packets(&mut t);
+    let after_pge = &p[p.iter().position(|x| matches!(x, TipPge(_))).unwrap() + 1..];
+    assert_eq!(
+        after_pge,
+        &[
+            Mwait { hints: 0x50, ext: 1 },
+            Pwre { state: 5, sub_state: 0, hw: false },
+            Exstop { ip: true },
+            Fup(ip(C::Update16, 0x1010)),
+            Pwrx { last: 5, deepest: 5, wake: 1 },
+        ]
+    );
+}
+
+// ---- Event Trace: IA32_RTIT_CTL[31] EventEn ----
+
+fn event_cfg(event_en: bool) -> TraceConfig {
+    let mut ctl = RtitCtl::default();
+    ctl.set_os(true).set_branch_en(true).set_event_en(event_en);
+    TraceConfig { ctl, ..TraceConfig::default() }
+}
+
+const M64_IF: Packet = ModeExec { mode: ExecMode::Bit64, if_flag: true };
+
+fn after_pge(p: &[Packet]) -> Vec<Packet> {
+    p[p.iter().position(|x| matches!(x, TipPge(_))).unwrap() + 1..].to_vec()
+}
+
+#[test]
+fn event_en_interrupt_cfe_intr_without_ip_attaches_to_its_fup_and_the_gate_clearing_if_in_mode_exec() {
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.set_if(true);
+    t.enable(0x101000);
+    t.cfe_interrupt(0x40, None);
+    t.stage_event_if(false);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101004 }, 0x102000, Context::KERNEL64);
+    let p = packets(&mut t);
+    assert_eq!(p[p.iter().position(|x| matches!(x, TipPge(_))).unwrap() - 1], M64_IF, "MODE.Exec IF = 1 at enable");
+    assert_eq!(
+        after_pge(&p),
+        [
+            Cfe { ip: false, kind: 1, vector: 0x40 },
+            Fup(ip(C::Update16, 0x1004)),
+            M64,
+            Tip(ip(C::Update16, 0x2000)),
+        ]
+    );
+}
+
+#[test]
+fn event_en_page_fault_evd_cr2_precedes_its_cfe() {
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.cfe_interrupt(14, Some(0x8000_0000));
+    t.async_event(AsyncKind::Fault { ip: 0x101000 }, 0x102000, Context::KERNEL64);
+    assert_eq!(
+        after_pge(&packets(&mut t))[..3],
+        [Evd { kind: 0, payload: 0x8000_0000 }, Cfe { ip: false, kind: 1, vector: 14 }, Fup(ip(C::Update16, 0x1000))]
+    );
+}
+
+#[test]
+fn event_en_iret_cfe_iret_fup_of_the_iret_mode_exec_if_then_tip() {
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.enable(0x102000);
+    t.cfe_iret(0x102010);
+    t.stage_if(true);
+    t.far_transfer(FarKind::Iret, 0x101004, Context::KERNEL64);
+    assert_eq!(
+        after_pge(&packets(&mut t)),
+        [Cfe { ip: true, kind: 2, vector: 0 }, Fup(ip(C::Update16, 0x2010)), M64_IF, Tip(ip(C::Update16, 0x1004))]
+    );
+}
+
+#[test]
+fn event_en_sti_mode_exec_if_and_fup_of_the_next_instruction() {
+    // libipt mode_exec-if.ptt: sti -> mode.exec(64bit, if), fup(NLIP); cli -> mode.exec(64bit), fup.
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.enable(0x101000);
+    t.stage_if(true);
+    t.if_boundary(0x101001);
+    t.stage_if(true);
+    t.if_boundary(0x101005); // unchanged: nothing
+    t.stage_if(false);
+    t.if_boundary(0x101006);
+    assert_eq!(
+        after_pge(&packets(&mut t)),
+        [M64_IF, Fup(ip(C::Update16, 0x1001)), M64, Fup(ip(C::Update16, 0x1006))]
+    );
+}
+
+#[test]
+fn without_event_en_the_event_trace_calls_send_nothing_and_mode_exec_has_no_if() {
+    let mut t = tracer(event_cfg(false), Context::KERNEL64);
+    t.set_if(true);
+    t.enable(0x101000);
+    t.stage_if(false);
+    t.if_boundary(0x101001);
+    t.cfe_interrupt(0x40, None);
+    t.stage_event_if(false);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101004 }, 0x102000, Context::KERNEL64);
+    t.cfe_iret(0x102010);
+    t.far_transfer(FarKind::Iret, 0x101004, Context::KERNEL64);
+    let p = packets(&mut t);
+    assert!(!p.iter().any(|x| matches!(x, Cfe { .. } | Evd { .. } | ModeExec { if_flag: true, .. })));
+    assert_eq!(after_pge(&p), [Fup(ip(C::Update16, 0x1004)), Tip(ip(C::Update16, 0x2000)), Tip(ip(C::Update16, 0x1004))]);
+}
+
+#[test]
+fn event_en_interrupt_right_after_an_iret_keeps_both_cfes_and_both_if_changes() {
+    // Announced in this order at the delivery: the interrupt's CFE and IF, then the IRET
+    // retires (with the IF it restored), then the interrupt is delivered.
+    let mut t = tracer(event_cfg(true), Context::KERNEL64);
+    t.enable(0x102000);
+    t.cfe_interrupt(0x40, None);
+    t.stage_event_if(false);
+    t.stage_if(true);
+    t.cfe_iret(0x102010);
+    t.far_transfer(FarKind::Iret, 0x101004, Context::KERNEL64);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x101004 }, 0x102100, Context::KERNEL64);
+    assert_eq!(
+        after_pge(&packets(&mut t)),
+        [
+            Cfe { ip: true, kind: 2, vector: 0 },
+            Fup(ip(C::Update16, 0x2010)),
+            M64_IF,
+            Tip(ip(C::Update16, 0x1004)),
+            Cfe { ip: false, kind: 1, vector: 0x40 },
+            Fup(ip(C::Update16, 0x1004)),
+            M64,
+            Tip(ip(C::Update16, 0x2100)),
+        ]
+    );
+}

@@ -38,6 +38,17 @@ fn ignored_bits(p: &Packet, len: usize) -> Option<Vec<u8>> {
             m[4] = 0xFF;
             m[6] = 0xFE;
         }
+        // PWRE: payload byte 0 holds only HW[3]. PWRX: byte 1 bits 7:4 and bytes 2-4 reserved.
+        Packet::Pwre { .. } => m[2] = 0xF7,
+        Packet::Pwrx { .. } => {
+            m[3] = 0xF0;
+            m[4] = 0xFF;
+            m[5] = 0xFF;
+            m[6] = 0xFF;
+        }
+        // CFE byte 2 bits 6:5 and EVD byte 2 bits 7:5 are reserved.
+        Packet::Cfe { .. } => m[2] = 0x60,
+        Packet::Evd { .. } => m[2] = 0xE0,
         Packet::Cyc { .. } => return None,
         _ => {}
     }

@@ -15,6 +15,7 @@ use std::ffi::CStr;
 const NAMES: &[&str] = &[
     "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
     "rip", "eflags", "cs", "ds", "ss", "es", "fs", "gs", "fs_base", "gs_base", "cr0", "cr3", "cr4", "efer",
+    "cr2",
 ];
 
 use crate::glib::{g_array_free, g_byte_array_new, g_byte_array_set_size};
@@ -63,6 +64,7 @@ fn index(name: &str) -> Option<usize> {
         "cr3" => Some(27),
         "cr4" => Some(28),
         "efer" => Some(29),
+        "cr2" => Some(30),
         _ => None,
     }
 }

@@ -27,6 +27,8 @@ pub struct BtsExpectOptions {
     /// records carry no mode: the test says which code is what (issue 12).
     pub bits: Option<u32>,
     pub code16: Vec<(u64, u64)>,
+    /// Ranges [start, end] of 32-bit code (compatibility mode under a 64-bit default, issue 12).
+    pub code32: Vec<(u64, u64)>,
 }
 
 impl BtsExpectOptions {
@@ -34,6 +36,8 @@ impl BtsExpectOptions {
     pub fn bitness(&self, ip: u64) -> u32 {
         if self.code16.iter().any(|&(a, b)| (a..=b).contains(&ip)) {
             16
+        } else if self.code32.iter().any(|&(a, b)| (a..=b).contains(&ip)) {
+            32
         } else {
             self.bits.unwrap_or(64)
         }
@@ -149,7 +153,7 @@ fn hex_list(opt: &str, v: Option<std::ffi::OsString>) -> Result<Vec<u64>> {
 }
 
 /// `pttrace bts-expect TRUTH CODE.IMG --on A[,A..] --off B[,B..] [--user-from U] [--off-os] [--off-usr]
-/// [--bits N] [--code16 A-B,..]`
+/// [--bits N] [--code16 A-B,..] [--code32 A-B,..]`
 pub fn cmd_bts_expect(args: Vec<std::ffi::OsString>) -> Result<i32> {
     let mut o = BtsExpectOptions::default();
     let mut pos = Vec::new();
@@ -170,12 +174,13 @@ pub fn cmd_bts_expect(args: Vec<std::ffi::OsString>) -> Result<i32> {
                 }
             }
             Some("--code16") => o.code16 = range_list("--code16", it.next())?,
+            Some("--code32") => o.code32 = range_list("--code32", it.next())?,
             Some(x) if x.starts_with("--") => return Err(ToolError::usage(format!("bts-expect: unknown option {x:?}"))),
             _ => pos.push(a),
         }
     }
     if pos.len() != 2 || o.on.is_empty() {
-        return Err(ToolError::usage("bts-expect TRUTH CODE.IMG --on ADDRS --off ADDRS [--user-from A] [--off-os] [--off-usr] [--bits N] [--code16 A-B,..]"));
+        return Err(ToolError::usage("bts-expect TRUTH CODE.IMG --on ADDRS --off ADDRS [--user-from A] [--off-os] [--off-usr] [--bits N] [--code16 A-B,..] [--code32 A-B,..]"));
     }
     let truth_path = Path::new(&pos[0]);
     let truth = std::fs::read_to_string(truth_path).map_err(|e| ToolError::io("cannot read", truth_path, e))?;

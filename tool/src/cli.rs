@@ -21,7 +21,7 @@ USAGE:
         offset, ptdump-style. --libipt uses libipt's packet decoder; --raw also
         prints each packet's bytes. Exit 1 if any packet fails to decode.
 
-    pttrace decode DIR [--process PID] [--thread N] [--summary]
+    pttrace decode DIR [--process PID] [--thread N] [--summary] [--events]
         Reconstruct the executed instructions of every DIR/thread-N.pt with
         libipt (memory from DIR/code.img) and print one address per line
         (lowercase hex, no 0x), each thread preceded by a `thread N` line.
@@ -31,6 +31,12 @@ USAGE:
         --thread N     only thread N (of the program's own process, or of
                        --process PID), without the header line
         --summary      only print the per-thread summary (stderr)
+        --events       also print the power and Event Trace events libipt reports,
+                       ptxed style: `[pwre c1.0]`, `[exstop, ip: ADDR]`,
+                       `[pwrx int: c1 (c1)]`, `[mwait HINTS EXT, ip: ADDR]`,
+                       `[interrupt VEC[, cr2: ADDR], ip: ADDR]`, `[iret, ip: ADDR]`,
+                       and `[if 0|1, ip: ADDR]` (RFLAGS.IF; libipt's iflags events are
+                       enabled when meta.txt says event_trace=1)
         Exit 1 if any stream had a decode error.
 
     pttrace compare DIR [--process PID] [--thread N] [--context K]
@@ -48,7 +54,7 @@ USAGE:
         rtit_ctl= in the meta.txt next to FILE. Exit 1 if a packet does not
         parse.
 
-    pttrace rtit-decode DIR [--process PID] [--thread N] [--summary] [--bits N] [--code16 A-B[,A-B..]]
+    pttrace rtit-decode DIR [--process PID] [--thread N] [--summary] [--bits N] [--code16 A-B[,A-B..]] [--code32 A-B[,A-B..]]
         Reconstruct the executed instructions of every DIR/thread-N.rtit
         (RTIT decoder of pttrace-core, code from DIR/code.img, Cycle_Acc from
         meta.txt rtit_ctl=) and print them as decode does: one address per
@@ -59,7 +65,7 @@ USAGE:
         packets carry no execution mode.
 
     pttrace bts-expect TRUTH CODE.IMG --on A[,A..] --off B[,B..] [--user-from U] [--off-os] [--off-usr]
-                       [--bits N] [--code16 A-B[,A-B..]]
+                       [--bits N] [--code16 A-B[,A-B..]] [--code32 A-B[,A-B..]]
         Print the BTS records (\"from to\" in hex) a full-system run must have
         written, from its per-instruction log (truth=1) and code image: every
         taken transfer retired between an instruction at an --on address and
@@ -139,13 +145,14 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     }
 
     let mut positional: Vec<OsString> = Vec::new();
-    let (mut libipt, mut raw, mut summary) = (false, false, false);
+    let (mut libipt, mut raw, mut summary, mut events) = (false, false, false, false);
     let mut cycle_acc = None;
     let mut thread = None;
     let mut process = None;
     let mut context = None;
     let mut bits = None;
     let mut code16 = Vec::new();
+    let mut code32 = Vec::new();
     let mut out = None;
     let mut only_positional = false;
     while let Some(a) = it.next() {
@@ -158,6 +165,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                     ("dump", "--libipt") => libipt = true,
                     ("dump", "--raw") => raw = true,
                     ("decode" | "rtit-decode", "--summary") => summary = true,
+                    ("decode", "--events") => events = true,
                     ("decode" | "compare" | "rtit-decode", "--thread") => thread = Some(parse_u32(o, it.next())?),
                     ("decode" | "compare" | "rtit-decode", "--process") => process = Some(parse_u32(o, it.next())?),
                     ("rtit-dump", "--cycle-acc") => cycle_acc = Some(true),
@@ -169,16 +177,17 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                             _ => return Err(usage_err("rtit-decode: --bits needs 16, 32 or 64")),
                         }
                     }
-                    ("rtit-decode", "--code16") => {
+                    ("rtit-decode", "--code16" | "--code32") => {
+                        let ranges = if o == "--code16" { &mut code16 } else { &mut code32 };
                         let v = it.next().and_then(|v| v.to_str().map(str::to_string)).unwrap_or_default();
                         for r in v.split(',').filter(|r| !r.is_empty()) {
-                            let bad = || usage_err(format!("rtit-decode: --code16: not a hex range list A-B,..: {v:?}"));
+                            let bad = || usage_err(format!("rtit-decode: {o}: not a hex range list A-B,..: {v:?}"));
                             let (a, b) = r.split_once('-').ok_or_else(bad)?;
                             let p = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).map_err(|_| bad());
-                            code16.push((p(a)?, p(b)?));
+                            ranges.push((p(a)?, p(b)?));
                         }
-                        if code16.len() > 4 {
-                            return Err(usage_err("rtit-decode: at most 4 --code16 ranges"));
+                        if ranges.len() > 4 {
+                            return Err(usage_err(format!("rtit-decode: at most 4 {o} ranges")));
                         }
                     }
                     ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
@@ -220,6 +229,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                 thread,
                 process,
                 summary_only: summary,
+                events,
                 ..DecodeOptions::default()
             },
         },
@@ -231,8 +241,10 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                 thread,
                 process,
                 summary_only: summary,
+                events: false,
                 bits,
                 code16,
+                code32,
             },
         },
         _ => {

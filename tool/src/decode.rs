@@ -99,11 +99,32 @@ pub fn decode_stream<F, E>(
     code: &Rc<CodeImage>,
     thread: u32,
     cpu: Option<(u16, u8, u8)>,
+    on_ip: F,
+    on_error: E,
+) -> io::Result<StreamStats>
+where
+    F: FnMut(u64) -> io::Result<()>,
+    E: FnMut(&DecodeError),
+{
+    decode_stream_with_events(trace, code, thread, cpu, false, on_ip, |_| Ok(()), on_error)
+}
+
+/// [`decode_stream`], and `on_event` receives the events libipt reports that have a text
+/// (the power events, ptxed notation) in flow order: before the instruction they bind to.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_stream_with_events<F, V, E>(
+    trace: &[u8],
+    code: &Rc<CodeImage>,
+    thread: u32,
+    cpu: Option<(u16, u8, u8)>,
+    iflags: bool,
     mut on_ip: F,
+    mut on_event: V,
     mut on_error: E,
 ) -> io::Result<StreamStats>
 where
     F: FnMut(u64) -> io::Result<()>,
+    V: FnMut(&str) -> io::Result<()>,
     E: FnMut(&DecodeError),
 {
     let mut ctx = Ctx {
@@ -115,7 +136,7 @@ where
         return Ok(ctx.stats);
     }
 
-    let mut dec = match RawInsnDecoder::new(trace, ThreadView::new(Rc::clone(code), thread), cpu) {
+    let mut dec = match RawInsnDecoder::new(trace, ThreadView::new(Rc::clone(code), thread), cpu, iflags) {
         Ok(d) => d,
         Err(e) => {
             ctx.report(DecodeError::from_pt(None, &e));
@@ -140,6 +161,9 @@ where
         while status.event_pending() {
             match dec.event() {
                 Ok((event, st)) => {
+                    if let Some(t) = event.text.as_ref() {
+                        on_event(t.as_str())?;
+                    }
                     if event.is_overflow() {
                         ctx.stats.overflows += 1;
                         ovf_ordinal += 1;
@@ -357,10 +381,14 @@ pub struct DecodeOptions {
     pub process: Option<u32>,
     /// Only print the per-thread summary (stderr).
     pub summary_only: bool,
+    /// Also print the events libipt reports (power events), one `[...]` line each, ptxed style.
+    pub events: bool,
     /// rtit-decode: the code's bitness (default 64) and ranges of 16-bit code (RTIT streams
     /// carry no mode).
     pub bits: Option<u32>,
     pub code16: Vec<(u64, u64)>,
+    /// rtit-decode: ranges of 32-bit code (compatibility mode) under a 64-bit default.
+    pub code32: Vec<(u64, u64)>,
 }
 
 /// `pttrace decode DIR`. Returns the exit status.
@@ -385,6 +413,16 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             dir.threads.clone()
         }
     };
+    if dir.meta.get("dis_tnt") == Some("1") {
+        // IA32_RTIT_CTL[55] DisTNT: conditional branches (and compressed RETs) left no packet,
+        // so the code cannot be walked (perf forces its "quick" mode for such traces); libipt
+        // 2.1 has no configuration flag for it and would fail at the first conditional branch.
+        return Err(ToolError::input(format!(
+            "{}: the trace was taken with IA32_RTIT_CTL.DisTNT = 1 (meta.txt dis_tnt=1): without TNT packets the \
+             instruction flow cannot be reconstructed; `pttrace dump` lists its TIP/FUP packets",
+            dir.path.display()
+        )));
+    }
     let (code, load) = dir.load_code()?;
     print_load_warnings(dir, &load.warnings);
     let code = Rc::new(code);
@@ -402,16 +440,25 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             writeln!(out, "{label}").map_err(out_err)?;
         }
         let mut printed = 0;
-        let res = decode_stream(
+        let sink = std::cell::RefCell::new(&mut *out);
+        let res = decode_stream_with_events(
             &trace,
             &code,
             n,
             cpu,
+            dir.meta.get("event_trace") == Some("1"),
             |ip| {
                 if opts.summary_only {
                     Ok(())
                 } else {
-                    write_hex_line(out, ip)
+                    write_hex_line(&mut **sink.borrow_mut(), ip)
+                }
+            },
+            |text| {
+                if opts.events && !opts.summary_only {
+                    writeln!(sink.borrow_mut(), "[{text}]")
+                } else {
+                    Ok(())
                 }
             },
             |e| {

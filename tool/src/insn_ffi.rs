@@ -83,6 +83,92 @@ pub struct Next {
 pub struct RawEvent {
     /// Raw `pt_event_type`.
     pub kind: u32,
+    /// The power event (`ptev_pwre`, `ptev_pwrx`, `ptev_exstop`, `ptev_mwait`) in ptxed's
+    /// `--event` notation without the brackets (e.g. `pwre c1.0`, `exstop, ip: 1033b7`,
+    /// `pwrx int: c1 (c1)`), or the Event Trace event (`interrupt 40, ip: ...`,
+    /// `interrupt e, cr2: ..., ip: ...`, `iret, ip: ...`); None for other events.
+    pub text: Option<EventText>,
+}
+
+/// A short description of an event (ptxed notation), stored inline (no allocation per event).
+#[derive(Debug, Clone, Copy)]
+pub struct EventText {
+    buf: [u8; 64],
+    len: usize,
+}
+
+impl EventText {
+    fn new(args: std::fmt::Arguments) -> Self {
+        use std::io::Write;
+        let mut buf = [0u8; 64];
+        let mut cur = std::io::Cursor::new(&mut buf[..]);
+        let _ = cur.write_fmt(args);
+        let len = cur.position() as usize;
+        EventText { buf, len }
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("?")
+    }
+}
+
+/// ptxed's notation of the power events (ptxed.c print_event); C-states print as the
+/// MWAIT-hint encoding + 1.
+fn event_text(ev: &sys::pt_event) -> Option<EventText> {
+    let ip = |ip: u64| -> String {
+        if ev.ip_suppressed() != 0 {
+            String::new()
+        } else {
+            format!(", ip: {ip:x}")
+        }
+    };
+    // SAFETY: the union member read is the one `type_` selects.
+    unsafe {
+        match ev.type_ {
+            sys::pt_event_type_ptev_pwre => {
+                let p = ev.variant.pwre;
+                Some(EventText::new(format_args!(
+                    "pwre c{}.{}{}",
+                    (p.state + 1) & 0xF,
+                    (p.sub_state + 1) & 0xF,
+                    if p.hw() != 0 { ", hw" } else { "" }
+                )))
+            }
+            sys::pt_event_type_ptev_pwrx => {
+                let p = ev.variant.pwrx;
+                let wr = match (p.interrupt(), p.store(), p.autonomous()) {
+                    (1, 0, 0) => "int",
+                    (0, 1, 0) => "st",
+                    (0, 0, 1) => "hw",
+                    _ => "bad",
+                };
+                Some(EventText::new(format_args!(
+                    "pwrx {wr}: c{} (c{})",
+                    (p.last + 1) & 0xF,
+                    (p.deepest + 1) & 0xF
+                )))
+            }
+            sys::pt_event_type_ptev_exstop => {
+                Some(EventText::new(format_args!("exstop{}", ip(ev.variant.exstop.ip))))
+            }
+            // Event Trace (CFE/EVD): the vector, CR2 of a page fault, the IP the CFE bound to.
+            sys::pt_event_type_ptev_interrupt => {
+                let i = ev.variant.interrupt;
+                let cr2 = if i.has_cr2() != 0 { format!(", cr2: {:x}", i.cr2) } else { String::new() };
+                Some(EventText::new(format_args!("interrupt {:x}{cr2}{}", i.vector, ip(i.ip))))
+            }
+            sys::pt_event_type_ptev_iret => Some(EventText::new(format_args!("iret{}", ip(ev.variant.iret.ip)))),
+            sys::pt_event_type_ptev_iflags => {
+                let f = ev.variant.iflags;
+                Some(EventText::new(format_args!("if {}{}", f.iflag(), ip(f.ip))))
+            }
+            sys::pt_event_type_ptev_mwait => {
+                let m = ev.variant.mwait;
+                Some(EventText::new(format_args!("mwait {:x} {:x}{}", m.hints, m.ext, ip(m.ip))))
+            }
+            _ => None,
+        }
+    }
 }
 
 impl RawEvent {
@@ -101,10 +187,13 @@ pub struct RawInsnDecoder<'t> {
 
 impl<'t> RawInsnDecoder<'t> {
     /// `cpu` = (family, model, stepping) of an Intel CPU for errata.
+    /// `iflags`: the trace was taken with IA32_RTIT_CTL.EventEn (meta.txt event_trace=1): set
+    /// libipt's `enable_iflags_events`, which reports the RFLAGS.IF of MODE.Exec as events.
     pub fn new(
         trace: &'t [u8],
         view: ThreadView,
         cpu: Option<(u16, u8, u8)>,
+        iflags: bool,
     ) -> Result<Self, PtError> {
         if trace.is_empty() {
             return Err(PtError::from(PtErrorCode::Eos));
@@ -116,6 +205,10 @@ impl<'t> RawInsnDecoder<'t> {
         config.begin = trace.as_ptr() as *mut u8;
         // SAFETY: one-past-the-end of the slice.
         config.end = unsafe { config.begin.add(trace.len()) };
+        if iflags {
+            // SAFETY: the union's `insn` member is the one the instruction flow decoder reads.
+            unsafe { config.flags.variant.insn.set_enable_iflags_events(1) };
+        }
         if let Some((family, model, stepping)) = cpu {
             config.cpu = sys::pt_cpu {
                 vendor: sys::pt_cpu_vendor_pcv_intel,
@@ -178,7 +271,7 @@ impl<'t> RawInsnDecoder<'t> {
         let st = status(unsafe {
             sys::pt_insn_event(self.dec.as_ptr(), &mut ev, mem::size_of::<sys::pt_event>())
         })?;
-        Ok((RawEvent { kind: ev.type_ }, st))
+        Ok((RawEvent { kind: ev.type_, text: event_text(&ev) }, st))
     }
 
     /// `pt_insn_next`: the next instruction, see [`Next`].

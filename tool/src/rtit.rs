@@ -59,6 +59,9 @@ pub fn decode_rtit_with(trace: &[u8], code: &Rc<CodeImage>, thread: u32, dir: &O
     for (slot, r) in opts.code16.iter_mut().zip(&o.code16) {
         *slot = Some(*r);
     }
+    for (slot, r) in opts.code32.iter_mut().zip(&o.code32) {
+        *slot = Some(*r);
+    }
     let (events, error) = rd::reconstruct_partial(trace, &RtitCode::new(code, thread), opts);
     RtitDecoded { ips: rd::instructions(&events), error }
 }

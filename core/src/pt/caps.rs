@@ -45,6 +45,29 @@ pub struct PtCaps {
     pub max_phys_addr: u8,
 }
 
+/// The family/model/stepping a profile reports in CPUID.01H:EAX (SDM Vol. 2A, CPUID,
+/// Figure 3-6 "Version Information Returned by CPUID in EAX").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuSignature {
+    /// Display family (6 for every part here: no extended family).
+    pub family: u8,
+    /// Display model: extended model (EAX[19:16]) : model (EAX[7:4]).
+    pub model: u8,
+    pub stepping: u8,
+}
+
+impl CpuSignature {
+    /// CPUID.01H:EAX[19:0] for this signature; the caller keeps EAX[31:28] and [15:14] (reserved).
+    pub const fn cpuid_01_eax(self) -> u32 {
+        ((self.model as u32 >> 4) << 16) | ((self.family as u32) << 8) | ((self.model as u32 & 0xF) << 4)
+            | (self.stepping as u32 & 0xF)
+    }
+}
+
+/// Sapphire Rapids (Xeon Scalable 4th generation): family 6, model 8FH, stepping 8 (CPUID.01H:EAX
+/// 000806F8H; Linux INTEL_FAM6_SAPPHIRERAPIDS_X).
+pub const SAPPHIRE_RAPIDS_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x8F, stepping: 8 };
+
 impl PtCaps {
     /// A Skylake-class client part: ToPA (multi-entry), single range, CR3 filter, PSB/CYC,
     /// 2 IP ranges, MTC. CPUID.14H.0 = {1, 0xF, 0x7, 0}, 14H.1 = {0x02490002, 0x003F3FFF}
@@ -96,16 +119,54 @@ impl PtCaps {
         max_phys_addr: 39,
     };
 
+    /// A Sapphire Rapids-class part (4th generation Xeon Scalable, CPUID 06_8FH stepping 8,
+    /// [`SAPPHIRE_RAPIDS_SIGNATURE`]) with the Intel PT features of the newest parts, each
+    /// enumerated only where the model implements it (a CPUID bit set means the feature works):
+    /// the Skylake-class base (CPUID.(14H,1) = {0x02490002, 0x003F3FFF}) plus
+    /// EBX[5] power event trace (IA32_RTIT_CTL[4] PwrEvtEn: PWRE, EXSTOP, PWRX for HLT), EBX[6]
+    /// PSB and PMI preservation (IA32_RTIT_CTL[56] InjectPsbPmiOnEnable, STATUS PendPSB /
+    /// PendTopaPMI), EBX[7] Event Trace (IA32_RTIT_CTL[31] EventEn: CFE/EVD, MODE.Exec IF) and
+    /// EBX[8] TNT disable (IA32_RTIT_CTL[55] DisTNT). Not enumerated: EBX[4] PTWRITE (QEMU's TCG
+    /// raises #UD for the PTWRITE instruction, README "Newest parts").
+    pub const SAPPHIRE_RAPIDS: PtCaps = PtCaps {
+        cr3_filter: true,
+        psb_cyc: true,
+        ip_filter: true,
+        mtc: true,
+        ptwrite: false,
+        power_events: true,
+        psb_pmi_preserve: true,
+        event_trace: true,
+        dis_tnt: true,
+        topa: true,
+        topa_multi: true,
+        single_range: true,
+        trace_transport: false,
+        lip: false,
+        num_addr_ranges: 2,
+        mtc_period_bitmap: 0x0249,
+        cyc_thresh_bitmap: 0x3FFF,
+        psb_freq_bitmap: 0x003F,
+        max_phys_addr: 46,
+    };
+
     /// Look a profile up by the name used in plugin options.
     pub fn by_name(name: &str) -> Option<PtCaps> {
+        Self::profile(name).map(|(caps, _)| caps)
+    }
+
+    /// A profile by name, with the CPUID.01H signature of the part it models (None: QEMU's own
+    /// family/model stays, as for the Skylake-class default).
+    pub fn profile(name: &str) -> Option<(PtCaps, Option<CpuSignature>)> {
         match name {
-            "skylake" | "default" => Some(PtCaps::SKYLAKE),
-            "minimal" => Some(PtCaps::MINIMAL),
+            "skylake" | "default" => Some((PtCaps::SKYLAKE, None)),
+            "minimal" => Some((PtCaps::MINIMAL, None)),
+            "sapphirerapids" => Some((PtCaps::SAPPHIRE_RAPIDS, Some(SAPPHIRE_RAPIDS_SIGNATURE))),
             _ => None,
         }
     }
 
-    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake", "minimal"];
+    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake", "minimal", "sapphirerapids"];
 
     /// CPUID.(EAX=14H, ECX=subleaf) as {EAX, EBX, ECX, EDX}; subleaves above 1 read as zero.
     pub fn cpuid_14(&self, subleaf: u32) -> [u32; 4] {
@@ -158,6 +219,20 @@ mod tests {
         assert_eq!(c.cpuid_14(1), [0x0249_0002, 0x003F_3FFF, 0, 0]);
         assert_eq!(c.cpuid_14(2), [0; 4]);
         assert_eq!(c.phys_addr_reserved_mask(), 0xFFFF_FF80_0000_0000);
+    }
+
+    #[test]
+    fn sapphire_rapids_profile_has_its_signature_and_the_skylake_subleaf_1() {
+        let (c, sig) = PtCaps::profile("sapphirerapids").unwrap();
+        assert_eq!(sig.unwrap().cpuid_01_eax(), 0x0008_06F8);
+        assert_eq!(c.cpuid_14(1), [0x0249_0002, 0x003F_3FFF, 0, 0]);
+        assert_eq!(c.cpuid_14(0), [1, 0x1EF, 0x7, 0]);
+        // PTWRITE is never enumerated: QEMU's TCG has no PTWRITE instruction.
+        assert_eq!(c.cpuid_14(0)[1] & (1 << 4), 0);
+        assert_eq!(c.phys_addr_reserved_mask(), 0xFFFF_C000_0000_0000);
+        // The existing profiles keep QEMU's family/model.
+        assert_eq!(PtCaps::profile("skylake").unwrap().1, None);
+        assert_eq!(PtCaps::profile("minimal").unwrap().1, None);
     }
 
     #[test]

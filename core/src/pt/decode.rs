@@ -468,12 +468,31 @@ fn parse_ext(rest: &[u8]) -> Parsed {
                 ext: Some(b1),
             }),
         },
-        ext::EXSTOP | ext::EXSTOP_IP => unsupported(rest, OtherPacket::Exstop, 2),
-        ext::MWAIT => unsupported(rest, OtherPacket::Mwait, 10),
-        ext::PWRE => unsupported(rest, OtherPacket::Pwre, 4),
-        ext::PWRX => unsupported(rest, OtherPacket::Pwrx, 7),
-        ext::CFE => unsupported(rest, OtherPacket::Cfe, 4),
-        ext::EVD => unsupported(rest, OtherPacket::Evd, 11),
+        // SDM §33.4.2 power event trace packets (EXSTOP, MWAIT, PWRE, PWRX).
+        ext::EXSTOP | ext::EXSTOP_IP => Ok((2, Packet::Exstop { ip: b1 == ext::EXSTOP_IP })),
+        ext::MWAIT => {
+            let b = take(rest, 10)?;
+            let hints = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            let ext = u32::from_le_bytes([b[6], b[7], b[8], b[9]]);
+            Ok((10, Packet::Mwait { hints, ext }))
+        }
+        ext::PWRE => {
+            let b = take(rest, 4)?;
+            Ok((4, Packet::Pwre { state: b[3] >> 4, sub_state: b[3] & 0xF, hw: b[2] & 0x8 != 0 }))
+        }
+        ext::PWRX => {
+            let b = take(rest, 7)?;
+            Ok((7, Packet::Pwrx { last: b[2] >> 4, deepest: b[2] & 0xF, wake: b[3] & 0xF }))
+        }
+        // Event Trace: CFE (IP[7], type[4:0], vector) and EVD (type[4:0], 8-byte payload).
+        ext::CFE => {
+            let b = take(rest, 4)?;
+            Ok((4, Packet::Cfe { ip: b[2] & 0x80 != 0, kind: b[2] & 0x1F, vector: b[3] }))
+        }
+        ext::EVD => {
+            let b = take(rest, 11)?;
+            Ok((11, Packet::Evd { kind: b[2] & 0x1F, payload: le(&b[3..11]) }))
+        }
         _ if b1 & ext::PTW_MASK == ext::PTW => match (b1 >> 5) & 0b11 {
             0 => unsupported(rest, OtherPacket::Ptw, 6),
             1 => unsupported(rest, OtherPacket::Ptw, 10),

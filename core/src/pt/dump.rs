@@ -190,6 +190,27 @@ impl PacketFormatter {
                 ("tma", format!("{ctc:x}, {fast_counter:x}"), None)
             }
             Packet::Cyc { value } => ("cyc", format!("{value:x}"), None),
+            // ptdump's notation: C-states printed as the MWAIT-hint value + 1 (c1 = encoding 0).
+            Packet::Exstop { ip } => ("exstop", if ip { "ip".into() } else { String::new() }, None),
+            Packet::Mwait { hints, ext } => ("mwait", format!("{hints:08x}, {ext:08x}"), None),
+            Packet::Pwre { state, sub_state, hw } => (
+                "pwre",
+                format!("c{}.{}{}", (state + 1) & 0xF, (sub_state + 1) & 0xF, if hw { ", hw" } else { "" }),
+                None,
+            ),
+            Packet::Cfe { ip, kind, vector } => {
+                ("cfe", format!("{kind}: {vector:x}{}", if ip { ", ip" } else { "" }), None)
+            }
+            Packet::Evd { kind, payload } => ("evd", format!("{kind}: {payload:x}"), None),
+            Packet::Pwrx { last, deepest, wake } => {
+                let wr = match wake {
+                    1 => "int",
+                    4 => "st",
+                    8 => "hw",
+                    _ => "bad",
+                };
+                ("pwrx", format!("{wr}: c{}, c{}", (last + 1) & 0xF, (deepest + 1) & 0xF), None)
+            }
         }
     }
 
@@ -437,12 +458,12 @@ mod tests {
     #[test]
     fn unsupported_packets_are_listed_not_counted_as_errors() {
         let mut bytes = stream(&[Packet::Psb]);
-        bytes.extend_from_slice(&[0x02, 0x62]);
+        bytes.extend_from_slice(&[0x02, 0xC8, 1, 2, 3, 4, 5]);
         bytes.push(0x00);
         let (s, stats) = dump_string(&bytes);
         assert_eq!(
             s.lines().nth(1).unwrap(),
-            "0000000000000010  exstop     <not decoded: 0262>"
+            "0000000000000010  vmcs       <not decoded: 02c80102030405>"
         );
         assert_eq!(
             stats,

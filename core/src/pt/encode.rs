@@ -241,6 +241,40 @@ pub fn encode_lossy(p: &Packet, out: &mut Vec<u8>) {
         }
         // SDM §33.4.2.14 CYC
         Packet::Cyc { value } => push_cyc(value, out),
+        Packet::Exstop { ip } => {
+            out.extend_from_slice(&[opcode::EXT, if ip { opcode::ext::EXSTOP_IP } else { opcode::ext::EXSTOP }])
+        }
+        Packet::Mwait { hints, ext } => {
+            out.extend_from_slice(&[opcode::EXT, opcode::ext::MWAIT]);
+            out.extend_from_slice(&hints.to_le_bytes());
+            out.extend_from_slice(&ext.to_le_bytes());
+        }
+        // Payload[15:12] state, [11:8] sub-state, [3] HW (libipt pt_opcodes.h pt_pl_pwre_*; the
+        // reference notes record that another source puts HW at bit 7: the model never sets it).
+        Packet::Pwre { state, sub_state, hw } => out.extend_from_slice(&[
+            opcode::EXT,
+            opcode::ext::PWRE,
+            u8::from(hw) << 3,
+            ((state & 0xF) << 4) | (sub_state & 0xF),
+        ]),
+        // Payload[3:0] deepest, [7:4] last core C-state, [11:8] wake reason, [39:12] reserved.
+        // libipt pt_opcodes.h: pt_pl_cfe_type 0x1f, pt_pl_cfe_ip 0x80; EVD type then 8 bytes.
+        Packet::Cfe { ip, kind, vector } => {
+            out.extend_from_slice(&[opcode::EXT, opcode::ext::CFE, (u8::from(ip) << 7) | (kind & 0x1F), vector])
+        }
+        Packet::Evd { kind, payload } => {
+            out.extend_from_slice(&[opcode::EXT, opcode::ext::EVD, kind & 0x1F]);
+            out.extend_from_slice(&payload.to_le_bytes());
+        }
+        Packet::Pwrx { last, deepest, wake } => out.extend_from_slice(&[
+            opcode::EXT,
+            opcode::ext::PWRX,
+            ((last & 0xF) << 4) | (deepest & 0xF),
+            wake & 0xF,
+            0,
+            0,
+            0,
+        ]),
     }
 }
 
@@ -262,6 +296,12 @@ pub fn encoded_len(p: &Packet) -> usize {
         Packet::Cbr { .. } => 4,
         Packet::Tma { .. } => 7,
         Packet::Cyc { value } => cyc_len(value),
+        Packet::Exstop { .. } => 2,
+        Packet::Mwait { .. } => 10,
+        Packet::Pwre { .. } => 4,
+        Packet::Pwrx { .. } => 7,
+        Packet::Cfe { .. } => 4,
+        Packet::Evd { .. } => 11,
     }
 }
 
@@ -508,6 +548,31 @@ mod tests {
         assert_eq!(
             bytes(Packet::Cyc { value: u64::MAX }),
             [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0e]
+        );
+    }
+
+    #[test]
+    fn power_event_packets_have_libipts_layout() {
+        // libipt pt_opcodes.h: EXSTOP 02 62 / 02 E2 (IP), MWAIT 02 C2 hints ext, PWRE 02 22
+        // (payload [15:12] state, [11:8] sub-state, [3] HW), PWRX 02 A2 ([3:0] deepest,
+        // [7:4] last, [11:8] wake reason).
+        assert_eq!(bytes(Packet::Exstop { ip: false }), [0x02, 0x62]);
+        assert_eq!(bytes(Packet::Exstop { ip: true }), [0x02, 0xE2]);
+        assert_eq!(bytes(Packet::Mwait { hints: 0x50, ext: 1 }), [0x02, 0xC2, 0x50, 0, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(bytes(Packet::Pwre { state: 0, sub_state: 0, hw: false }), [0x02, 0x22, 0, 0]);
+        assert_eq!(bytes(Packet::Pwre { state: 5, sub_state: 1, hw: true }), [0x02, 0x22, 0x08, 0x51]);
+        assert_eq!(bytes(Packet::Pwrx { last: 0, deepest: 0, wake: 1 }), [0x02, 0xA2, 0, 1, 0, 0, 0]);
+        assert_eq!(bytes(Packet::Pwrx { last: 5, deepest: 2, wake: 4 }), [0x02, 0xA2, 0x52, 4, 0, 0, 0]);
+    }
+
+    #[test]
+    fn event_trace_packets_have_libipts_layout() {
+        // CFE: 02 13, IP[7] | type[4:0], vector. EVD: 02 53, type, payload[63:0].
+        assert_eq!(bytes(Packet::Cfe { ip: true, kind: 1, vector: 0x40 }), [0x02, 0x13, 0x81, 0x40]);
+        assert_eq!(bytes(Packet::Cfe { ip: false, kind: 2, vector: 0 }), [0x02, 0x13, 0x02, 0x00]);
+        assert_eq!(
+            bytes(Packet::Evd { kind: 0, payload: 0x8000_1234 }),
+            [0x02, 0x53, 0x00, 0x34, 0x12, 0x00, 0x80, 0, 0, 0, 0]
         );
     }
 }

@@ -670,6 +670,43 @@ impl RtitMsrs {
         self.perf_global_status_topa_pmi = true;
     }
 
+    /// A ToPA region with INT = 1 filled (§33.2.7.2 "ToPA PMI", "PMI Preservation"):
+    /// Trace_ToPA_PMI, and with IA32_RTIT_CTL[56] InjectPsbPmiOnEnable also
+    /// IA32_RTIT_STATUS[7] PendTopaPMI, which stays set until software clears it ("the PMI
+    /// handler ... should clear PendTopaPMI" once it handled the PMI with TraceEn = 1). The
+    /// caller delivers the PMI.
+    pub fn topa_pmi_triggered(&mut self) {
+        self.set_topa_pmi();
+        if self.ctl.inject_psb_pmi_on_enable() {
+            self.status.set_pend_topa_pmi(true);
+        }
+    }
+
+    /// What an accepted TraceEn 0 -> 1 injects (PSB and PMI preservation, CPUID.(14H,0):EBX[6];
+    /// IA32_RTIT_STATUS[6] PendPSB, [7] PendTopaPMI): with InjectPsbPmiOnEnable = 1, PendPSB = 1
+    /// inserts a PSB+ at the enable whatever PacketByteCnt holds, and PendTopaPMI = 1 pends a
+    /// ToPA PMI ("If this bit is set when Intel PT is enabled, such that TraceEn transitions from
+    /// 0 to 1, a ToPA PMI is pended", seed 000 "PMI Preservation"). With InjectPsbPmiOnEnable = 0
+    /// both bits are ignored. PendPSB is cleared here (the processor clears it once the PSB+ is
+    /// inserted); PendTopaPMI is software's to clear. Returns (psb, pmi).
+    pub fn enable_injections(&mut self) -> (bool, bool) {
+        if !self.ctl.inject_psb_pmi_on_enable() {
+            return (false, false);
+        }
+        let psb = self.status.pend_psb();
+        self.status.set_pend_psb(false);
+        (psb, self.status.pend_topa_pmi())
+    }
+
+    /// TraceEn 1 -> 0 while a PSB+ was due (PacketByteCnt reached the PSBFreq period and the
+    /// PSB+ had not been inserted yet): with InjectPsbPmiOnEnable, STATUS.PendPSB = 1 keeps it
+    /// for the next enable (a context saved by XSAVES and restored later).
+    pub fn trace_disabled(&mut self, psb_due: bool) {
+        if psb_due && self.ctl.inject_psb_pmi_on_enable() {
+            self.status.set_pend_psb(true);
+        }
+    }
+
     /// IA32_PERF_GLOBAL_STATUS[55] Trace_ToPA_PMI.
     pub fn topa_pmi(&self) -> bool {
         self.perf_global_status_topa_pmi
@@ -744,6 +781,71 @@ mod tests {
         assert_eq!(p.mask_or_table_offset(), 3);
         assert_eq!(p.output_offset(), 0x100);
         assert_eq!(p.single_range_mask(), 0x7F | (3 << 7));
+    }
+
+    #[test]
+    fn sapphire_rapids_ctl_allows_its_enumerated_enables_and_not_ptwrite() {
+        let spr = PtCaps::SAPPHIRE_RAPIDS;
+        let reserved = ctl_reserved_mask(&spr);
+        // PwrEvtEn 4, EventEn 31, DisTNT 55, InjectPsbPmiOnEnable 56: writable.
+        for bit in [4, 31, 55, 56] {
+            assert_eq!(reserved & (1 << bit), 0, "bit {bit}");
+        }
+        // FUPonPTW 5 and PTWEn 12 (PTWRITE not enumerated), and the always-reserved bits: #GP.
+        for bit in [5, 12, 18, 23, 28, 29, 30, 48, 54, 57, 63] {
+            assert_ne!(reserved & (1 << bit), 0, "bit {bit}");
+        }
+        // Everything else is the Skylake-class mask.
+        let new_bits = (1 << 4) | (1 << 31) | (1 << 55) | (1 << 56);
+        assert_eq!(reserved | new_bits, ctl_reserved_mask(&SKL));
+        let m = RtitMsrs::default();
+        assert_eq!(m.check_write(IA32_RTIT_CTL, 1 << 12, &spr), Err(Fault::Gp));
+        assert_eq!(m.check_write(IA32_RTIT_CTL, new_bits | 0x2001 | (1 << 8), &spr), Ok(()));
+    }
+
+    fn preserving() -> PtCaps {
+        PtCaps { psb_pmi_preserve: true, ..SKL }
+    }
+
+    #[test]
+    fn topa_pmi_sets_pend_topa_pmi_only_with_inject_psb_pmi_on_enable() {
+        let caps = preserving();
+        let mut m = RtitMsrs::default();
+        m.topa_pmi_triggered();
+        assert!(m.topa_pmi() && !m.status.pend_topa_pmi());
+        m.write(IA32_RTIT_CTL, 1 << 56, &caps).unwrap();
+        m.topa_pmi_triggered();
+        assert!(m.status.pend_topa_pmi());
+        assert_eq!(m.read(IA32_RTIT_STATUS, &caps), Ok(RtitStatus::PEND_TOPA_PMI));
+    }
+
+    #[test]
+    fn enable_injects_pending_psb_and_pmi_only_with_inject_psb_pmi_on_enable() {
+        let caps = preserving();
+        let mut m = RtitMsrs::default();
+        m.write(IA32_RTIT_STATUS, RtitStatus::PEND_PSB | RtitStatus::PEND_TOPA_PMI, &caps).unwrap();
+        m.write(IA32_RTIT_CTL, 0x2001 | (1 << 8), &caps).unwrap();
+        assert_eq!(m.enable_injections(), (false, false), "InjectPsbPmiOnEnable = 0: ignored");
+        assert!(m.status.pend_psb() && m.status.pend_topa_pmi());
+        m.write(IA32_RTIT_CTL, 0x2000 | (1 << 8), &caps).unwrap();
+        m.write(IA32_RTIT_CTL, 0x2001 | (1 << 8) | (1 << 56), &caps).unwrap();
+        assert_eq!(m.enable_injections(), (true, true));
+        // PendPSB is cleared by the inserted PSB+; PendTopaPMI stays for software.
+        assert!(!m.status.pend_psb() && m.status.pend_topa_pmi());
+        assert_eq!(m.enable_injections(), (false, true));
+    }
+
+    #[test]
+    fn disable_with_a_psb_due_sets_pend_psb_only_with_inject_psb_pmi_on_enable() {
+        let caps = preserving();
+        let mut m = RtitMsrs::default();
+        m.trace_disabled(true);
+        assert!(!m.status.pend_psb());
+        m.write(IA32_RTIT_CTL, 1 << 56, &caps).unwrap();
+        m.trace_disabled(false);
+        assert!(!m.status.pend_psb());
+        m.trace_disabled(true);
+        assert!(m.status.pend_psb());
     }
 
     #[test]

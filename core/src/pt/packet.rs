@@ -134,4 +134,37 @@ pub enum Packet {
     Tma { ctc: u16, fast_counter: u16 },
     /// CYC: cycles since the previous CYC (variable length, at least 1 byte).
     Cyc { value: u64 },
+    /// EXSTOP (`02 62`; `02 E2` with IP = 1: a FUP with the IP of the instruction follows).
+    /// Power event trace (IA32_RTIT_CTL.PwrEvtEn): execution stopped (C-state entry).
+    Exstop { ip: bool },
+    /// MWAIT (`02 C2` + 8 bytes): the MWAIT hints (EAX) and extensions (ECX) of an MWAIT that
+    /// entered a C-state.
+    Mwait { hints: u32, ext: u32 },
+    /// PWRE (`02 22` + 2 bytes): the resolved thread C-state and sub-state entered, in MWAIT-hint
+    /// encoding (0 = C1, 0xF = C0), and HW (entry initiated by hardware, not by HLT/MWAIT).
+    Pwre { state: u8, sub_state: u8, hw: bool },
+    /// PWRX (`02 A2` + 5 bytes): back in C0; the core C-state at the wake and the deepest one of
+    /// the sleep (MWAIT-hint encoding), and the 4-bit wake reason (bit 0 interrupt, bit 2 store to
+    /// the monitored address, bit 3 hardware).
+    Pwrx { last: u8, deepest: u8, wake: u8 },
+    /// CFE (`02 13` + 2 bytes: IP[7] | Type[4:0], Vector): Event Trace (IA32_RTIT_CTL.EventEn)
+    /// control-flow event; IP = 1: a FUP with the event's source IP follows.
+    Cfe { ip: bool, kind: u8, vector: u8 },
+    /// EVD (`02 53` + Type[4:0] + 8 bytes payload): event data for the CFE that follows
+    /// (type 0: the page-fault linear address, CR2).
+    Evd { kind: u8, payload: u64 },
 }
+
+/// CFE type 1: interrupt, exception, NMI or INT n/INT3/INTO/INT1 (the vector in the packet).
+pub const CFE_INTR: u8 = 0x01;
+/// CFE type 2: IRET.
+pub const CFE_IRET: u8 = 0x02;
+/// EVD type 0: CR2 of a page fault.
+pub const EVD_CR2: u8 = 0x00;
+
+/// PWRX wake reason bit 0: an external interrupt woke the core.
+pub const PWRX_WAKE_INTERRUPT: u8 = 1 << 0;
+/// PWRX wake reason bit 2: a store to the address MONITOR armed.
+pub const PWRX_WAKE_STORE: u8 = 1 << 2;
+/// MWAIT-hint encoding of C1 (EAX[7:4] = C-state - 1): what HLT enters.
+pub const CSTATE_C1: u8 = 0;

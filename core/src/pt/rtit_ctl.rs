@@ -28,6 +28,12 @@ impl RtitCtl {
     crate::reg_field!(psb_freq, set_psb_freq, 24, 4, "IA32_RTIT_CTL[27:24] PSBFreq");
     crate::reg_flag!(event_en, set_event_en, 31, "IA32_RTIT_CTL[31] EventEn");
     crate::reg_flag!(dis_tnt, set_dis_tnt, 55, "IA32_RTIT_CTL[55] DisTNT");
+    crate::reg_flag!(
+        inject_psb_pmi_on_enable,
+        set_inject_psb_pmi_on_enable,
+        56,
+        "IA32_RTIT_CTL[56] InjectPsbPmiOnEnable"
+    );
 
     /// IA32_RTIT_CTL[35+4n:32+4n] ADDRn_CFG.
     pub fn addr_cfg(self, n: usize) -> AddrCfg {

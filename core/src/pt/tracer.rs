@@ -178,6 +178,31 @@ pub struct Tracer {
     full_ip_next: bool,
     /// `without_shortcuts`: every event takes the general path (the reference for tests).
     no_shortcuts: bool,
+    /// The next enable inserts a PSB+ even with a non-zero PacketByteCnt (PendPSB).
+    inject_psb: bool,
+    /// The C-state (MWAIT-hint encoding) a traced PWRE reported and no PWRX has closed yet.
+    sleep_state: Option<u8>,
+    /// Event Trace (IA32_RTIT_CTL[31] EventEn): RFLAGS.IF as last known, the IF the last
+    /// MODE.Exec since the PSB carried, the IF at the boundary being reported (`stage_if`),
+    /// and the CFE (+ EVD) of the next transfer (`cfe_interrupt`, `cfe_iret`).
+    if_flag: bool,
+    if_sent: Option<bool>,
+    staged_if: Option<bool>,
+    /// RFLAGS.IF in the handler of the next asynchronous event (`stage_event_if`).
+    event_if: Option<bool>,
+    pending_cfe: Option<PendingCfe>,
+    pending_iret: Option<PendingCfe>,
+}
+
+/// The Event Trace packets of the next asynchronous event or IRET.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PendingCfe {
+    kind: u8,
+    vector: u8,
+    /// EVD before the CFE: (type, payload).
+    evd: Option<(u8, u64)>,
+    /// The FUP IP for an IRET (a far transfer has no FUP otherwise).
+    fup: Option<u64>,
 }
 
 impl Tracer {
@@ -210,6 +235,14 @@ impl Tracer {
             last_ovf_fup: None,
             full_ip_next: false,
             no_shortcuts: false,
+            inject_psb: false,
+            sleep_state: None,
+            if_flag: false,
+            if_sent: None,
+            staged_if: None,
+            event_if: None,
+            pending_cfe: None,
+            pending_iret: None,
         }
     }
 
@@ -470,11 +503,13 @@ impl Tracer {
 
     /// No internal buffer, no ADDRn range in use (FilterEn = 1, no TraceStop), no MTC and no
     /// CYC: a near branch with PacketEn = 1 produces only its COFI packets (`branch`).
+    /// DisTNT clear as well: `direct_steady` records TNT bits unconditionally.
     fn steady(&self) -> bool {
         const CYC_EN: u64 = 1 << 1;
         const MTC_EN: u64 = 1 << 9;
         const ADDR_CFG: u64 = 0xFFFF << 32;
-        self.ibuf.is_none() && self.cfg.ctl.0 & (CYC_EN | MTC_EN | ADDR_CFG) == 0 && !self.no_shortcuts
+        const DIS_TNT: u64 = 1 << 55;
+        self.ibuf.is_none() && self.cfg.ctl.0 & (CYC_EN | MTC_EN | ADDR_CFG | DIS_TNT) == 0 && !self.no_shortcuts
     }
 
     /// TriggerEn = TraceEn & !Stopped (no PTTT/trigger inputs are modelled).
@@ -549,7 +584,15 @@ impl Tracer {
         self.emit_raw(make(payload));
     }
 
+    /// One conditional-branch or compressed-RET result. IA32_RTIT_CTL[55] DisTNT (CPUID.(14H,0):
+    /// EBX[8]): no TNT packets at all; a RET that RET compression covers then produces no
+    /// packet either (perf's Documentation/perf-intel-pt.txt, "notnt": without TNT packets
+    /// "FUP, TIP, TIP.PGE and TIP.PGD packets still indicate asynchronous control flow, and (if
+    /// return compression is disabled - see noretcomp) return statements").
     fn tnt_bit(&mut self, taken: bool) {
+        if self.cfg.ctl.dis_tnt() {
+            return;
+        }
         self.stats.tnt_bits += 1;
         if let Some((bits, count)) = self.tnt.push(taken) {
             self.emit_tnt(bits, count);
@@ -577,9 +620,16 @@ impl Tracer {
         }
     }
 
+    /// MODE.Exec when the mode (or, with EventEn, RFLAGS.IF) differs from the last one sent since
+    /// the PSB. Without EventEn the IF bit is 0 and IF changes send nothing.
     fn mode_exec_if_needed(&mut self) {
-        if self.mode_sent != Some(self.ctx.mode) && self.emit(Packet::ModeExec { mode: self.ctx.mode, if_flag: false }) {
+        let event_en = self.cfg.ctl.event_en();
+        let if_differs = event_en && self.if_sent != Some(self.if_flag);
+        if (self.mode_sent != Some(self.ctx.mode) || if_differs)
+            && self.emit(Packet::ModeExec { mode: self.ctx.mode, if_flag: event_en && self.if_flag })
+        {
             self.mode_sent = Some(self.ctx.mode);
+            self.if_sent = Some(self.if_flag);
         }
     }
 
@@ -605,6 +655,7 @@ impl Tracer {
         self.last_ip.reset();
         self.ret.clear();
         self.mode_sent = None;
+        self.if_sent = None;
         if self.cfg.ctl.tsc_en() {
             self.tsc_packets(self.cfg.ctl.mtc_en());
         }
@@ -616,8 +667,10 @@ impl Tracer {
         self.emit_raw(Packet::Cbr { ratio: self.cfg.cbr });
         if self.packet_en {
             if let Some(ip) = ip {
-                if self.emit_raw(Packet::ModeExec { mode: self.ctx.mode, if_flag: false }) {
+                let if_flag = self.cfg.ctl.event_en() && self.if_flag;
+                if self.emit_raw(Packet::ModeExec { mode: self.ctx.mode, if_flag }) {
                     self.mode_sent = Some(self.ctx.mode);
+                    self.if_sent = Some(self.if_flag);
                 }
                 let payload = self.compress_ip(ip);
                 self.emit_raw(Packet::Fup(payload));
@@ -680,7 +733,7 @@ impl Tracer {
         // trace context), continues the running period instead (shared/reference/pt-packets.md §4;
         // the SDM text read so far is not explicit about this case).
         let preset = std::mem::take(&mut self.preset_psb_bytes);
-        if preset == 0 {
+        if preset == 0 || std::mem::take(&mut self.inject_psb) {
             self.psb_plus(None);
         } else {
             self.psb_bytes = preset;
@@ -734,6 +787,21 @@ impl Tracer {
     /// Bytes written since the last PSB (IA32_RTIT_STATUS.PacketByteCnt).
     pub fn packet_byte_count(&self) -> u64 {
         self.psb_bytes
+    }
+
+    /// PacketByteCnt reached the PSBFreq period and the PSB+ has not been inserted yet (it
+    /// follows at the next instruction boundary while tracing; with TraceEn cleared it stays
+    /// due: IA32_RTIT_STATUS.PendPSB with InjectPsbPmiOnEnable).
+    pub fn psb_due(&self) -> bool {
+        self.psb_bytes >= self.cfg.ctl.psb_period_bytes()
+    }
+
+    /// IA32_RTIT_STATUS.PendPSB = 1 and InjectPsbPmiOnEnable = 1 at the next TraceEn 0 -> 1
+    /// (only while TraceEn = 0): that enable inserts a PSB+ whatever PacketByteCnt holds.
+    pub fn inject_psb_at_enable(&mut self) {
+        if !self.cfg.ctl.trace_en() {
+            self.inject_psb = true;
+        }
     }
 
     /// Software wrote IA32_RTIT_STATUS.PacketByteCnt (only while TraceEn = 0); the next enable
@@ -920,6 +988,19 @@ impl Tracer {
         let was = self.packet_en;
         let cr3_changed = to.cr3 != self.ctx.cr3;
         self.ctx = to;
+        // The CFE of this transfer: an interrupt's (announced before the IRET it may follow
+        // is retired) or an IRET's.
+        let cfe = if fup.is_some() { self.pending_cfe.take() } else { self.pending_iret.take() };
+        // RFLAGS.IF after the transfer (an interrupt gate, IRET, SYSCALL's FMASK change it): a
+        // MODE.Exec among the middle packets reports it (EventEn).
+        // An asynchronous event (with its FUP) takes the handler's IF, and the IF staged at
+        // this boundary is then stale; a far transfer takes the staged IF and leaves the
+        // handler's IF to the event that may follow it (an IRET then an interrupt at once).
+        let staged = self.staged_if.take();
+        let new_if = if fup.is_some() { self.event_if.take().or(staged) } else { staged };
+        if let Some(i) = new_if {
+            self.if_flag = i;
+        }
         if !self.trigger_en() {
             return;
         }
@@ -929,6 +1010,21 @@ impl Tracer {
             self.timing_packets();
         }
         if was {
+            let mut fup = fup;
+            if let Some(c) = cfe.filter(|_| self.cfg.ctl.event_en()) {
+                // Event Trace: [EVD], then CFE. An interrupt or exception already has its FUP
+                // (the source of the asynchronous branch): CFE IP = 0, and the decoder attaches
+                // the event to that FUP, which stays the branch source. An IRET has no FUP of its
+                // own: CFE IP = 1 and a FUP with the IRET's IP, bound to the CFE (libipt
+                // pt_evt_decode_cfe: IP = 1 binds the next FUP to the CFE, and a bound FUP starts
+                // no asynchronous branch; IP = 0 while tracing attaches to the next FUP).
+                if let Some((kind, payload)) = c.evd {
+                    self.emit(Packet::Evd { kind, payload });
+                }
+                let own_fup = fup.is_none() && c.fup.is_some();
+                self.emit(Packet::Cfe { ip: own_fup, kind: c.kind, vector: c.vector });
+                fup = fup.or(c.fup);
+            }
             if let Some(ip) = fup {
                 self.emit_ip(Packet::Fup, Some(ip));
             }
@@ -1027,6 +1123,113 @@ impl Tracer {
             _ => {}
         }
         self.maybe_psb(ip);
+    }
+
+    // ---- Event Trace (IA32_RTIT_CTL[31] EventEn, CPUID.(14H,0):EBX[7]) ----
+
+    /// RFLAGS.IF without packets (at enable, before the PSB+ that reports it).
+    pub fn set_if(&mut self, if_flag: bool) {
+        self.if_flag = if_flag;
+        self.staged_if = None;
+    }
+
+    /// RFLAGS.IF at the instruction boundary the next report concerns: a transfer takes it as
+    /// the IF after the transfer; otherwise `if_boundary` reports a change.
+    pub fn stage_if(&mut self, if_flag: bool) {
+        self.staged_if = Some(if_flag);
+    }
+
+    /// RFLAGS.IF in the handler of the next asynchronous event (an interrupt gate clears it):
+    /// its MODE.Exec among the event's middle packets reports it.
+    pub fn stage_event_if(&mut self, if_flag: bool) {
+        self.event_if = Some(if_flag);
+    }
+
+    /// No transfer happened at this boundary (`ip`, the next instruction): if the staged IF
+    /// differs, an instruction (STI, POPF, CLI) changed it, and with EventEn and PacketEn that
+    /// is MODE.Exec with the new IF and FUP(`ip`) (libipt mode_exec-if.ptt: `sti` ->
+    /// mode.exec(64bit, if), fup(NLIP)).
+    pub fn if_boundary(&mut self, ip: u64) {
+        let Some(i) = self.staged_if.take() else { return };
+        if i == self.if_flag {
+            return;
+        }
+        self.if_flag = i;
+        if self.packet_en && self.cfg.ctl.event_en() {
+            self.mode_exec_if_needed();
+            self.emit_ip(Packet::Fup, Some(ip));
+            self.maybe_psb(ip);
+        }
+    }
+
+    /// The next `async_event` is an interrupt, exception or INT n with this vector: with
+    /// EventEn, CFE(INTR, vector, IP = 0) before its FUP, after EVD(CR2) for a page fault.
+    pub fn cfe_interrupt(&mut self, vector: u8, cr2: Option<u64>) {
+        self.pending_cfe = Some(PendingCfe {
+            kind: super::packet::CFE_INTR,
+            vector,
+            evd: cr2.map(|c| (super::packet::EVD_CR2, c)),
+            fup: None,
+        });
+    }
+
+    /// The next far transfer is the IRET at `ip`: with EventEn, CFE(IRET, IP = 1) and FUP(`ip`)
+    /// before its middle packets and TIP.
+    pub fn cfe_iret(&mut self, ip: u64) {
+        self.pending_iret = Some(PendingCfe { kind: super::packet::CFE_IRET, vector: 0, evd: None, fup: Some(ip) });
+    }
+
+    /// IA32_RTIT_CTL.EventEn of the current configuration.
+    pub fn event_en(&self) -> bool {
+        self.cfg.ctl.event_en()
+    }
+
+    // ---- power event trace (IA32_RTIT_CTL[4] PwrEvtEn, CPUID.(14H,0):EBX[5]) ----
+
+    /// HLT at `ip` retired and the core enters C1 until an interrupt wakes it. With PwrEvtEn and
+    /// TriggerEn (SDM §33.2.3 "Power Event Tracing"; libipt mwait-pwre-exstop_ip-pwrx.ptt and
+    /// mwait-pwre-exstop_ip-pwre-pwrx.ptt for the order): PWRE(C1, sub-state 0, HW = 0: entered by
+    /// software), EXSTOP, and when PacketEn the EXSTOP carries IP = 1 and a FUP with the IP of the
+    /// HLT follows (the decoder binds the event to that instruction). HLT enters C1 and nothing
+    /// deeper in this model (no C-state policy: the core stays in C1 for the whole halt).
+    pub fn halt(&mut self, ip: u64) {
+        self.power_entry(ip, None, super::packet::CSTATE_C1, 0);
+    }
+
+    /// MWAIT at `ip` with hints EAX = `hints` and extensions ECX = `ext` entered the C-state the
+    /// hints name (EAX[7:4] C-state - 1, EAX[3:0] sub-state): MWAIT, PWRE, EXSTOP (+ FUP), as
+    /// `halt`.
+    pub fn mwait(&mut self, ip: u64, hints: u32, ext: u32) {
+        let state = ((hints >> 4) & 0xF) as u8;
+        let sub = (hints & 0xF) as u8;
+        self.power_entry(ip, Some((hints, ext)), state, sub);
+    }
+
+    fn power_entry(&mut self, ip: u64, mwait: Option<(u32, u32)>, state: u8, sub_state: u8) {
+        self.service_overflow();
+        if !(self.trigger_en() && self.cfg.ctl.pwr_evt_en()) {
+            return;
+        }
+        if let Some((hints, ext)) = mwait {
+            self.emit(Packet::Mwait { hints, ext });
+        }
+        self.emit(Packet::Pwre { state, sub_state, hw: false });
+        self.emit(Packet::Exstop { ip: self.packet_en });
+        if self.packet_en {
+            self.emit_ip(Packet::Fup, Some(ip));
+        }
+        self.sleep_state = Some(state);
+    }
+
+    /// The core left the C-state of the last `halt`/`mwait` (back in C0) for `wake` (a
+    /// [`super::packet::PWRX_WAKE_INTERRUPT`]-style reason): PWRX with that state as both the
+    /// last and the deepest core C-state. Only after a PWRE (nothing if the entry was not traced);
+    /// the event that woke the core (the interrupt's FUP and TIP) follows.
+    pub fn wake(&mut self, wake: u8) {
+        let Some(state) = self.sleep_state.take() else { return };
+        if self.trigger_en() && self.cfg.ctl.pwr_evt_en() {
+            self.emit(Packet::Pwrx { last: state, deepest: state, wake });
+        }
     }
 
     /// The end of the trace (process exit): pending TNT bits are written out and the internal

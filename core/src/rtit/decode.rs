@@ -320,11 +320,13 @@ pub struct FlowOptions {
     /// RTIT has no MODE packet (seed 002 §4), so the mode of each piece of code is sideband the
     /// user supplies (issue 12).
     pub code16: [Option<(u64, u64)>; 4],
+    /// Ranges of 32-bit code (compatibility mode under a 64-bit `bitness`).
+    pub code32: [Option<(u64, u64)>; 4],
 }
 
 impl Default for FlowOptions {
     fn default() -> Self {
-        FlowOptions { cycle_acc: false, bitness: 64, errata: Errata::default(), max_walk: 1 << 20, stop_ranges: [None; 2], code16: [None; 4] }
+        FlowOptions { cycle_acc: false, bitness: 64, errata: Errata::default(), max_walk: 1 << 20, stop_ranges: [None; 2], code16: [None; 4], code32: [None; 4] }
     }
 }
 
@@ -333,6 +335,8 @@ impl FlowOptions {
     pub fn bitness_at(&self, ip: u64) -> u32 {
         if self.code16.iter().flatten().any(|&(a, b)| (a..=b).contains(&ip)) {
             16
+        } else if self.code32.iter().flatten().any(|&(a, b)| (a..=b).contains(&ip)) {
+            32
         } else {
             self.bitness
         }

@@ -40,6 +40,8 @@ trap_common:
     call trap_dispatch
     RESTORE_REGS
     add $16, %rsp       /* vector, error code */
+    .globl trap_iret
+trap_iret:
     iretq
 
 /* SYSCALL (SDM Vol. 3A §5.8.8; Vol. 2B SYSCALL): RCX = user RIP, R11 = user RFLAGS, RSP still

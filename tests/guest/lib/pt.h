@@ -78,7 +78,11 @@ static inline int pt_has_psb(const uint8_t *p)
 #endif
 
 enum pt_kind { PT_PAD, PT_PSB, PT_PSBEND, PT_TNT, PT_TIP, PT_TIP_PGE, PT_TIP_PGD, PT_FUP,
-               PT_MODE, PT_PIP, PT_CBR, PT_TSC, PT_TRACESTOP, PT_OVF };
+               PT_MODE, PT_PIP, PT_CBR, PT_TSC, PT_TRACESTOP, PT_OVF,
+               /* power event trace (issue 15) */
+               PT_EXSTOP, PT_MWAIT, PT_PWRE, PT_PWRX,
+               /* event trace (issue 15) */
+               PT_CFE, PT_EVD };
 struct pt_pkt {
     uint64_t off;      /* offset of the packet in the buffer */
     uint32_t len;      /* its size in bytes */
@@ -126,12 +130,32 @@ static inline int pt_next(struct pt_parser *p, struct pt_pkt *k)
         case 0xF3: k->kind = PT_OVF, k->len = 2; p->last_ip = 0; break;
         case 0x03: k->kind = PT_CBR, k->len = 4; break;
         case 0x43: k->kind = PT_PIP, k->len = 8; break;
+        case 0x62: case 0xE2: k->kind = PT_EXSTOP, k->len = 2; break; /* val: IP bit */
+        case 0xC2: k->kind = PT_MWAIT, k->len = 10; break;            /* val: hints | ext << 32 */
+        case 0x22: k->kind = PT_PWRE, k->len = 4; break;              /* val: payload[15:0] */
+        case 0xA2: k->kind = PT_PWRX, k->len = 7; break;              /* val: payload[15:0] */
+        case 0x13: k->kind = PT_CFE, k->len = 4; break;  /* val: IP << 15 | type << 8 | vector */
+        case 0x53: k->kind = PT_EVD, k->len = 11; break; /* val: payload; ipbytes: type */
         default: return -1;
         }
         if (left < k->len)
             return -1;
         if (k->kind == PT_CBR)
             k->val = b[2];
+        if (k->kind == PT_EXSTOP)
+            k->val = b[1] >> 7;
+        if (k->kind == PT_PWRE || k->kind == PT_PWRX)
+            k->val = b[2] | (uint64_t)b[3] << 8;
+        if (k->kind == PT_MWAIT)
+            for (int i = 7; i >= 0; i--)
+                k->val = k->val << 8 | b[2 + i];
+        if (k->kind == PT_CFE)
+            k->val = (uint64_t)(b[2] >> 7) << 15 | (uint64_t)(b[2] & 0x1F) << 8 | b[3];
+        if (k->kind == PT_EVD) {
+            k->ipbytes = b[2] & 0x1F;
+            for (int i = 7; i >= 0; i--)
+                k->val = k->val << 8 | b[3 + i];
+        }
         if (k->kind == PT_PIP) {
             uint64_t f = 0;
             for (int i = 5; i >= 0; i--)
@@ -183,7 +207,8 @@ static inline int pt_next(struct pt_parser *p, struct pt_pkt *k)
 static inline const char *pt_kind_name(enum pt_kind k)
 {
     static const char *const names[] = { "PAD", "PSB", "PSBEND", "TNT", "TIP", "TIP.PGE",
-        "TIP.PGD", "FUP", "MODE", "PIP", "CBR", "TSC", "TraceStop", "OVF" };
+        "TIP.PGD", "FUP", "MODE", "PIP", "CBR", "TSC", "TraceStop", "OVF", "EXSTOP", "MWAIT",
+        "PWRE", "PWRX", "CFE", "EVD" };
     return names[k];
 }
 
@@ -204,7 +229,8 @@ static inline int pt_print(const uint8_t *buf, uint64_t len)
             printf(" %lx", k.ip);
         else if (k.kind >= PT_TIP && k.kind <= PT_FUP)
             printf(" (suppressed)");
-        else if (k.kind == PT_TNT || k.kind == PT_MODE || k.kind == PT_PIP || k.kind == PT_CBR)
+        else if (k.kind == PT_TNT || k.kind == PT_MODE || k.kind == PT_PIP || k.kind == PT_CBR ||
+                 k.kind >= PT_EXSTOP)
             printf(" %lx", k.val);
         printf("\n");
     }
@@ -295,4 +321,28 @@ static inline int pt_prev_nonpad(const struct pt_pkt *pk, int i)
             return i;
     return -1;
 }
+
+/* ---- the newer IA32_RTIT_CTL / STATUS bits (profile=sapphirerapids; SDM Table 33-6/33-7) ---- */
+#define RTIT_CTL_PWREVTEN   (1ull << 4)  /* CPUID.(14H,0):EBX[5] power event trace */
+#define RTIT_CTL_FUPONPTW   (1ull << 5)  /* EBX[4] PTWRITE */
+#define RTIT_CTL_PTWEN      (1ull << 12) /* EBX[4] PTWRITE */
+#define RTIT_CTL_EVENTEN    (1ull << 31) /* EBX[7] event trace */
+#define RTIT_CTL_DISTNT     (1ull << 55) /* EBX[8] TNT disable */
+#define RTIT_CTL_INJECTPSBPMI (1ull << 56) /* EBX[6] PSB and PMI preservation */
+#define RTIT_STATUS_PENDPSB     (1ull << 6)
+#define RTIT_STATUS_PENDTOPAPMI (1ull << 7)
+
+/* The non-PAD packets after the first PSB+ (PSB ... PSBEND) of pk[0..n): their kinds in order,
+ * into out[0..max); returns the count. */
+static inline int pt_after_psb(const struct pt_pkt *pk, int n, const struct pt_pkt **out, int max)
+{
+    int i = 0, m = 0;
+    while (i < n && pk[i].kind != PT_PSBEND)
+        i++;
+    for (i++; i < n && m < max; i++)
+        if (pk[i].kind != PT_PAD)
+            out[m++] = &pk[i];
+    return m;
+}
 #endif
+

@@ -1,0 +1,212 @@
+//! The executed blocks of one vCPU not yet run through the model (issue 13): the block callback
+//! only appends a small record here, and whoever holds the vCPU's model lock runs the pending
+//! records through the model, oldest first: an encoder thread while the vCPU keeps executing,
+//! or the vCPU itself when the ring is full or the trace becomes observable.
+//!
+//! One producer (the vCPU's own thread), appending without a lock or an atomic read-modify-write;
+//! consumers serialised by the caller's lock. Space is reclaimed only when the producer's thread
+//! consumes (`take_own`), so the producer never races with a reset. The producer-written length
+//! and the consumer-written position live on separate cache-line pairs: a consumer on another
+//! CPU moves the producer's line at most once per pass, never per block.
+
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// A value alone on its cache lines (adjacent-line prefetch pairs 64-byte lines).
+#[repr(align(128))]
+struct Padded<T>(T);
+
+pub struct BlockRing<T: Copy> {
+    entries: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    /// Entries written; only the producer stores it (Release: the entries before it are visible
+    /// to a consumer on another thread).
+    len: Padded<AtomicUsize>,
+    /// Entries already consumed (under the caller's lock), and a consumer's request that the
+    /// producer's thread consume the rest itself soon (see `flush_wanted`).
+    consumed: Padded<(AtomicUsize, AtomicBool)>,
+}
+
+// SAFETY: entries are written only by the producer at indices >= `len` (not yet published) and
+// read only by a consumer at indices < `len` (published with Release, read with Acquire); the
+// caller serialises consumers (`take_*` are unsafe and say so).
+unsafe impl<T: Copy + Send> Sync for BlockRing<T> {}
+
+impl<T: Copy> BlockRing<T> {
+    pub fn new(capacity: usize) -> Self {
+        let entries = (0..capacity.max(1)).map(|_| UnsafeCell::new(MaybeUninit::uninit())).collect();
+        BlockRing {
+            entries,
+            len: Padded(AtomicUsize::new(0)),
+            consumed: Padded((AtomicUsize::new(0), AtomicBool::new(false))),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Entries the producer can still append before its thread must consume.
+    #[inline]
+    pub fn room(&self) -> usize {
+        self.capacity() - self.len.0.load(Ordering::Relaxed)
+    }
+
+    /// Appended and not yet consumed (an estimate from another thread).
+    #[inline]
+    pub fn pending(&self) -> usize {
+        self.len.0.load(Ordering::Relaxed).saturating_sub(self.consumed.0 .0.load(Ordering::Relaxed))
+    }
+
+    /// Append one record; false (nothing appended) when full.
+    ///
+    /// # Safety
+    /// Only the ring's producer thread calls this.
+    #[inline]
+    pub unsafe fn push(&self, entry: T) -> bool {
+        let len = self.len.0.load(Ordering::Relaxed);
+        let Some(slot) = self.entries.get(len) else { return false };
+        // SAFETY: index `len` is not published yet, so no consumer reads it (see `Sync`).
+        unsafe { (*slot.get()).write(entry) };
+        self.len.0.store(len + 1, Ordering::Release);
+        true
+    }
+
+    /// A consumer asked the producer's thread to consume what is pending (and then do what only
+    /// it can, e.g. store output in guest memory).
+    #[inline]
+    pub fn flush_wanted(&self) -> bool {
+        self.consumed.0 .1.load(Ordering::Relaxed)
+    }
+
+    pub fn want_flush(&self) {
+        self.consumed.0 .1.store(true, Ordering::Relaxed);
+    }
+
+    /// Consume the pending records, oldest first, from a thread other than the producer's;
+    /// `f` returns false to stop (the record it was given counts as consumed).
+    ///
+    /// # Safety
+    /// The caller holds the lock that serialises the ring's consumers.
+    pub unsafe fn take_shared(&self, mut f: impl FnMut(T) -> bool) {
+        let len = self.len.0.load(Ordering::Acquire);
+        let mut at = self.consumed.0 .0.load(Ordering::Relaxed);
+        while at < len {
+            // SAFETY: `at < len`: written before `len` was published (Acquire above).
+            let e = unsafe { (*self.entries[at].get()).assume_init() };
+            at += 1;
+            if !f(e) {
+                break;
+            }
+        }
+        self.consumed.0 .0.store(at, Ordering::Relaxed);
+    }
+
+    /// Consume every pending record, oldest first, on the producer's thread, and empty the ring.
+    ///
+    /// # Safety
+    /// Only the producer's thread calls this, holding the lock that serialises consumers.
+    pub unsafe fn take_own(&self, mut f: impl FnMut(T)) {
+        let len = self.len.0.load(Ordering::Relaxed);
+        let from = self.consumed.0 .0.load(Ordering::Relaxed);
+        for i in from..len {
+            // SAFETY: written by this thread before.
+            f(unsafe { (*self.entries[i].get()).assume_init() });
+        }
+        self.consumed.0 .0.store(0, Ordering::Relaxed);
+        self.consumed.0 .1.store(false, Ordering::Relaxed);
+        self.len.0.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn records_come_out_in_order_whoever_consumes_them() {
+        let ring = BlockRing::new(8);
+        let mut seen = Vec::new();
+        unsafe {
+            for i in 0..5u64 {
+                assert!(ring.push(i));
+            }
+            ring.take_shared(|e| {
+                seen.push(e);
+                e < 2
+            });
+            assert_eq!(ring.pending(), 2);
+            assert!(ring.push(5));
+            ring.take_own(|e| seen.push(e));
+        }
+        assert_eq!(seen, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(ring.room(), 8);
+        assert_eq!(ring.pending(), 0);
+    }
+
+    #[test]
+    fn a_full_ring_refuses_until_its_producer_consumes() {
+        let ring = BlockRing::new(3);
+        unsafe {
+            assert!(ring.push(1u32) && ring.push(2) && ring.push(3));
+            assert!(!ring.push(4));
+            ring.take_shared(|_| true);
+            // Space comes back only through the producer's own consumption.
+            assert!(!ring.push(4));
+            let mut n = 0;
+            ring.take_own(|_| n += 1);
+            assert_eq!(n, 0, "already consumed by the other thread");
+            assert!(ring.push(4));
+        }
+    }
+
+    #[test]
+    fn flush_request_is_cleared_by_the_producers_consumption() {
+        let ring = BlockRing::<u8>::new(2);
+        assert!(!ring.flush_wanted());
+        ring.want_flush();
+        assert!(ring.flush_wanted());
+        unsafe { ring.take_own(|_| {}) };
+        assert!(!ring.flush_wanted());
+    }
+
+    #[test]
+    fn a_consumer_thread_and_the_producer_see_every_record_once_in_order() {
+        // The producer appends 200k records; a second thread consumes under the shared lock while
+        // the producer consumes whenever its ring is full: together they see 0..N once, in order.
+        const N: u64 = 200_000;
+        let ring = Arc::new(BlockRing::new(64));
+        let model = Arc::new(Mutex::new(Vec::with_capacity(N as usize)));
+        let done = Arc::new(AtomicBool::new(false));
+        let consumer = {
+            let (ring, model, done) = (ring.clone(), model.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Acquire) {
+                    if let Ok(mut m) = model.try_lock() {
+                        unsafe { ring.take_shared(|e| {
+                            m.push(e);
+                            true
+                        }) };
+                    }
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        for i in 0..N {
+            while !unsafe { ring.push(i) } {
+                let mut m = model.lock().unwrap();
+                unsafe { ring.take_own(|e| m.push(e)) };
+            }
+        }
+        {
+            let mut m = model.lock().unwrap();
+            unsafe { ring.take_own(|e| m.push(e)) };
+        }
+        done.store(true, Ordering::Release);
+        consumer.join().unwrap();
+        let m = model.lock().unwrap();
+        assert_eq!(m.len() as u64, N);
+        assert!(m.iter().copied().eq(0..N));
+    }
+}
