@@ -36,6 +36,7 @@ test-corpus: all qemu
 	@bash tests/signals.sh
 	@bash tests/perf-data.sh
 	@bash tests/code-versions.sh
+	@bash tests/fork.sh
 
 test: test-unit test-corpus test-linux
 

@@ -42,6 +42,8 @@ expect_error "branch=0,trace=rtit" "RTIT has no BranchEn"
 expect_error "trace=rtit,tsc=0" "option 'tsc' needs trace=pt"
 expect_error "trace=rtit,cyc_thresh=1" "option 'cyc_thresh' needs trace=pt"
 expect_error "less_pkts=1" "option 'less_pkts' needs trace=rtit"
+expect_error "inherit=2" "option 'inherit': '2' is not a boolean"
+expect_error "inherit=" "option 'inherit': '' is not a boolean"
 if "$qemu" -plugin "$plugin,out=$tmp/ok,noretcomp=1,psb_period=5,tsc=0,branch=1,filter=0x401000/0x1000" "$prog" >/dev/null 2>"$tmp/err" &&
    [ -s "$tmp/ok/thread-1.pt" ]; then
   echo "ok   valid options accepted"

@@ -151,8 +151,9 @@ trace() {  # dir program options...
 for p in ${CORPUS:-$(cd "$bin" && ls)}; do
   case $p in
     # Code rewritten at run time: perf.data has one version per address, so `pttrace perf`
-    # refuses these (tests/code-versions.sh checks that it says so).
-    smc | smc_threads | smc_inplace) continue ;;
+    # refuses these (tests/code-versions.sh checks that it says so). fork_tree rewrites code
+    # too (tests/fork.sh converts a run with forked children).
+    smc | smc_threads | smc_inplace | fork_tree) continue ;;
   esac
   trace "$out/$p" "$bin/$p" && check "$out/$p" "$p" exact "$(own_functions "$p")"
 done

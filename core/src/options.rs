@@ -62,6 +62,8 @@ pub const USAGE: &str = "pttrace options (comma separated, key=value):
   filter=A-B        trace only IPs in [A,B] (hex, inclusive); up to 2 filter/stop ranges
   stop=A-B          TraceStop range [A,B]
   truth=0|1         also log every executed instruction (ground truth for tests)
+  inherit=0|1       trace the processes the program forks, each into DIR/proc-PID/ (default 1;
+                    0: like perf's --no-inherit, forked children are not traced)
   errata=E1+E5      Atom RTIT errata to reproduce for decoder testing (E1..E7 or all, '+'-separated;
                     rtit only; default none)
   buffer=BYTES      internal trace buffer (64..1G, K/M suffix) that overflows (OVF) when the drain
@@ -84,6 +86,9 @@ pub struct Options {
     /// The RTIT MSR values (trace=rtit).
     pub rtit: RtitConfig,
     pub truth: bool,
+    /// `inherit=`: forked children are traced too, each into its own directory (default on;
+    /// perf's `--no-inherit` turns it off).
+    pub inherit: bool,
     /// Internal trace buffer and drain (`buffer=`, `drain=`; Intel PT only).
     pub buffer: Option<crate::pt::buffer_spec::BufferSpec>,
     /// Atom RTIT errata to reproduce (`errata=E1+E5`, trace=rtit only; off by default).
@@ -187,6 +192,7 @@ impl Options {
         let mut rtit = RtitConfig::user_default();
         let mut out = PathBuf::from("pttrace-out");
         let mut truth = false;
+        let mut inherit = true;
         let (mut buffer_arg, mut drain_arg): (Option<String>, Option<String>) = (None, None);
         let mut errata = crate::rtit::errata::Errata::default();
         let mut ranges = 0usize;
@@ -314,6 +320,7 @@ impl Options {
                     ranges += 1;
                 }
                 "truth" => truth = parse_bool(key, v)?,
+                "inherit" => inherit = parse_bool(key, v)?,
                 "errata" if rtit_mode => errata = parse_errata(v)?,
                 "errata" => return Err(only_with(key, TraceKind::Rtit, "the errata are those of the Atom RTIT reference, Appendix E")),
                 "buffer" | "drain" if rtit_mode => {
@@ -330,7 +337,7 @@ impl Options {
             (None, Some(_)) => return err("option 'drain' needs buffer=BYTES".into()),
             (None, None) => None,
         };
-        Ok(Options { out, trace, config, rtit, truth, buffer, errata, raw })
+        Ok(Options { out, trace, config, rtit, truth, inherit, buffer, errata, raw })
     }
 }
 
@@ -459,6 +466,15 @@ mod tests {
         assert!(c.user() && !c.os() && c.branch_en() && c.tsc_en() && !c.dis_retc());
         assert_eq!(c.psb_freq(), 0);
         assert!(!o.truth);
+        assert!(o.inherit, "forked children are traced by default, as perf's inherit");
+    }
+
+    #[test]
+    fn inherit_is_a_boolean_like_perfs_no_inherit() {
+        assert!(!Options::parse(["inherit=0"]).unwrap().inherit);
+        assert!(Options::parse(["inherit=1"]).unwrap().inherit);
+        assert!(Options::parse(["inherit=2"]).unwrap_err().0.contains("option 'inherit': '2' is not a boolean"));
+        assert!(Options::parse(["inherit="]).unwrap_err().0.contains("option 'inherit'"));
     }
 
     #[test]

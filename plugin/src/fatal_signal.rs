@@ -58,6 +58,8 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 static PENDING: AtomicI32 = AtomicI32::new(0);
 /// Write end of the finisher's pipe.
 static PIPE_W: AtomicI32 = AtomicI32::new(-1);
+/// Read end of the finisher's pipe (a forked child closes the parent's and makes its own).
+static PIPE_R: AtomicI32 = AtomicI32::new(-1);
 /// Incremented every FLUSH_INTERVAL; a vCPU hands off its buffered bytes when it sees a new value.
 static EPOCH: AtomicU32 = AtomicU32::new(0);
 
@@ -140,12 +142,8 @@ pub fn install(on_fatal: fn(c_int), on_tick: fn()) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     PIPE_W.store(fds[1], Ordering::Release);
-    let read_fd = fds[0];
-    crate::output::with_all_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name("pttrace-finisher".into())
-            .spawn(move || finisher(read_fd))
-    })?;
+    PIPE_R.store(fds[0], Ordering::Release);
+    spawn_finisher()?;
     for sig in TERM_SIGNALS {
         claim_if_default(sig);
     }
@@ -175,6 +173,45 @@ pub fn forked_child() {
         }
     }
     PIPE_W.store(-1, Ordering::Release);
+}
+
+fn spawn_finisher() -> std::io::Result<()> {
+    let read_fd = PIPE_R.load(Ordering::Acquire);
+    crate::output::with_all_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("pttrace-finisher".into())
+            .spawn(move || finisher(read_fd))
+    })?;
+    Ok(())
+}
+
+/// In a traced forked child, at once after fork() (issue 19): the parent's finisher does not
+/// exist here, and a signal written to the inherited pipe would wake the *parent's* finisher.
+/// The child gets its own pipe now; signals meanwhile wait in it until `start_in_child` starts
+/// the child's finisher. The claimed signals keep the plugin's handler. Async-signal-safe.
+pub fn reset_in_child() {
+    PENDING.store(0, Ordering::Release);
+    for fd in [&PIPE_R, &PIPE_W] {
+        let old = fd.swap(-1, Ordering::AcqRel);
+        if old >= 0 {
+            // SAFETY: the inherited copy of this module's pipe.
+            unsafe { libc::close(old) };
+        }
+    }
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: creates a pipe into a local array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+        PIPE_R.store(fds[0], Ordering::Release);
+        PIPE_W.store(fds[1], Ordering::Release);
+    }
+}
+
+/// The forked child's finisher thread (after `reset_in_child`).
+pub fn start_in_child() -> std::io::Result<()> {
+    if HOOKS.get().is_none() || PIPE_R.load(Ordering::Acquire) < 0 {
+        return Ok(());
+    }
+    spawn_finisher()
 }
 
 fn finisher(fd: c_int) {

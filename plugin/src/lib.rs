@@ -20,13 +20,36 @@ use qemu_plugin::plugin::{HasCallbacks, Register};
 use qemu_plugin::{PluginId, TranslationBlock, VCPUIndex};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Set in the child of a guest fork(): the writer thread does not exist there, and the child's
-/// trace would interleave with the parent's files, so the child is not traced (reported at exit).
+/// Set in the child of a guest fork() that is not traced (`inherit=0`, `drain=realtime:`,
+/// `trace=off`): nothing is recorded there (reported at exit).
 pub(crate) static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
 
+/// fork() of a traced process (issue 19), in the forking thread before the fork: hold every lock
+/// the child needs, so no lock another thread held at that moment stays locked in the child.
+extern "C" fn on_fork_prepare() {
+    if let Some(sh) = user::SHARED.get().filter(|sh| sh.inherits()) {
+        sh.prepare_fork();
+    }
+}
+
+extern "C" fn on_fork_parent() {
+    if let Some(sh) = user::SHARED.get().filter(|sh| sh.inherits()) {
+        sh.after_fork_parent();
+    }
+}
+
 extern "C" fn on_fork_child() {
-    FORKED_CHILD.store(true, Ordering::Release);
-    fatal_signal::forked_child();
+    match user::SHARED.get().filter(|sh| sh.inherits()) {
+        Some(sh) => {
+            // The child's own streams start where it returns from fork (`Shared::syscall_return`).
+            fatal_signal::reset_in_child();
+            sh.after_fork_child();
+        }
+        None => {
+            FORKED_CHILD.store(true, Ordering::Release);
+            fatal_signal::forked_child();
+        }
+    }
 }
 
 unsafe extern "C" {
@@ -60,7 +83,10 @@ pub(crate) fn guarded(what: &str, f: impl FnOnce()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err()
         && !BROKEN.swap(true, Ordering::AcqRel)
     {
-        eprintln!("pttrace: internal error in {what}; tracing stopped, the trace written so far is incomplete");
+        // Not eprintln!: it panics when stderr is gone (a closed pipe), and this runs outside
+        // the guard (on the finisher thread that would end the thread, never the process).
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "pttrace: internal error in {what}; tracing stopped, the trace written so far is incomplete");
     }
 }
 
@@ -71,6 +97,17 @@ pub(crate) fn guarded(what: &str, f: impl FnOnce()) {
 struct PtTrace;
 
 impl Register for PtTrace {
+    /// The callbacks without the crate's global lock (see `HasCallbacks for PtTrace`).
+    fn register_default(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
+        SYSTEM_MODE.store(info.system.is_some(), Ordering::Relaxed);
+        qemu_plugin::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init))?;
+        qemu_plugin::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit))?;
+        qemu_plugin::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_translation_block_translate))?;
+        qemu_plugin::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
+        qemu_plugin::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_return));
+        self.register(id, args, info)
+    }
+
     fn register(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
         if info.target_name != "x86_64"
             && info.target_name != "x86_64-linux-user"
@@ -83,8 +120,9 @@ impl Register for PtTrace {
             let max = info.system.as_ref().map_or(1, |s| s.max_vcpus);
             return system::install(id, args, smp, max);
         }
-        // SAFETY: registers a plain function; called by the C library in the child after fork().
-        unsafe { pthread_atfork(None, None, Some(on_fork_child)) };
+        // SAFETY: registers plain functions; called by the C library around fork() (the prepare
+        // handler in the forking thread, the others in the parent and the child after it).
+        unsafe { pthread_atfork(Some(on_fork_prepare), Some(on_fork_parent), Some(on_fork_child)) };
         user::install(id, args)
     }
 }
@@ -95,67 +133,71 @@ pub(crate) fn fail(msg: &str) -> ! {
     eprintln!("pttrace: {msg}");
     std::process::exit(1);
 }
-impl HasCallbacks for PtTrace {
-    fn on_vcpu_init(&mut self, _id: PluginId, vcpu: VCPUIndex) -> qemu_plugin::Result<()> {
-        if let Some(sh) = user::SHARED.get() {
-            guarded("vcpu init", || sh.vcpu_init(vcpu));
-        }
-        guarded("vcpu init", || system::vcpu_init(vcpu));
-        Ok(())
-    }
+/// The plugin's callbacks are plain `extern "C"` functions registered through the sys layer
+/// (`register_default`), not the qemu-plugin crate's `HasCallbacks` handlers: those run every
+/// callback under one process-wide `std::sync::Mutex` (the crate's `PLUGIN`). A vCPU thread
+/// inside a system call's callback at the moment another thread forks would leave it locked in
+/// the child for good, and the child's first callback would wait forever (issue 19). User mode
+/// needs no such lock (every structure has its own); full-system mode keeps the serialization it
+/// had under the crate's lock (`SYSTEM_CALLBACKS`).
+impl HasCallbacks for PtTrace {}
 
-    fn on_vcpu_exit(&mut self, _id: PluginId, vcpu: VCPUIndex) -> qemu_plugin::Result<()> {
-        if let Some(sh) = user::SHARED.get() {
-            guarded("vcpu exit", || sh.vcpu_exit(vcpu));
-        }
-        Ok(())
-    }
+/// Full-system mode: callbacks run one at a time, as they did under the qemu-plugin crate's lock.
+static SYSTEM_CALLBACKS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+static SYSTEM_MODE: AtomicBool = AtomicBool::new(false);
 
-    fn on_translation_block_translate(
-        &mut self,
-        _id: PluginId,
-        tb: TranslationBlock,
-    ) -> qemu_plugin::Result<()> {
-        if let Some(sh) = user::SHARED.get() {
-            guarded("translation", || sh.translate(&tb));
-        }
-        guarded("translation", || system::translate(&tb));
-        Ok(())
-    }
+fn serialized() -> Option<parking_lot::MutexGuard<'static, ()>> {
+    SYSTEM_MODE.load(Ordering::Relaxed).then(|| SYSTEM_CALLBACKS.lock())
+}
 
-    fn on_syscall(
-        &mut self,
-        _id: PluginId,
-        vcpu: VCPUIndex,
-        num: i64,
-        a1: u64,
-        a2: u64,
-        a3: u64,
-        a4: u64,
-        a5: u64,
-        a6: u64,
-        _a7: u64,
-        _a8: u64,
-    ) -> qemu_plugin::Result<()> {
-        if let Some(sh) = user::SHARED.get() {
-            guarded("syscall", || {
-                sh.syscall(vcpu, num, [a1, a2, a3, a4, a5, a6])
-            });
-        }
-        Ok(())
+extern "C" fn on_vcpu_init(_id: PluginId, vcpu: VCPUIndex) {
+    let _s = serialized();
+    if let Some(sh) = user::SHARED.get() {
+        guarded("vcpu init", || sh.vcpu_init(vcpu));
     }
+    guarded("vcpu init", || system::vcpu_init(vcpu));
+}
 
-    fn on_syscall_return(
-        &mut self,
-        _id: PluginId,
-        vcpu: VCPUIndex,
-        num: i64,
-        ret: i64,
-    ) -> qemu_plugin::Result<()> {
-        if let Some(sh) = user::SHARED.get() {
-            guarded("syscall return", || sh.syscall_return(vcpu, num, ret));
-        }
-        Ok(())
+extern "C" fn on_vcpu_exit(_id: PluginId, vcpu: VCPUIndex) {
+    let _s = serialized();
+    if let Some(sh) = user::SHARED.get() {
+        guarded("vcpu exit", || sh.vcpu_exit(vcpu));
+    }
+}
+
+extern "C" fn on_translation_block_translate(_id: PluginId, tb: *mut qemu_plugin::sys::qemu_plugin_tb) {
+    let _s = serialized();
+    let tb = TranslationBlock::from(tb);
+    if let Some(sh) = user::SHARED.get() {
+        guarded("translation", || sh.translate(&tb));
+    }
+    guarded("translation", || system::translate(&tb));
+}
+
+#[allow(clippy::too_many_arguments)]
+extern "C" fn on_syscall(
+    _id: PluginId,
+    vcpu: VCPUIndex,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    a4: u64,
+    a5: u64,
+    a6: u64,
+    _a7: u64,
+    _a8: u64,
+) {
+    let _s = serialized();
+    if let Some(sh) = user::SHARED.get() {
+        guarded("syscall", || sh.syscall(vcpu, num, [a1, a2, a3, a4, a5, a6]));
+    }
+}
+
+extern "C" fn on_syscall_return(_id: PluginId, vcpu: VCPUIndex, num: i64, ret: i64) {
+    let _s = serialized();
+    if let Some(sh) = user::SHARED.get() {
+        guarded("syscall return", || sh.syscall_return(vcpu, num, ret));
     }
 }
 

@@ -51,54 +51,89 @@ pub enum Msg {
     Flush,
 }
 
-pub struct Output {
+/// The writer of one process: its channel and its directory. A forked child gets a new one
+/// (`Output::restart`): the parent's writer thread does not exist there.
+struct Writer {
     tx: Sender<Msg>,
+    dir: PathBuf,
+}
+
+pub struct Output {
+    /// The current process's writer, leaked (a forked child replaces it and never frees the
+    /// parent's: its queued bytes are the parent's, and its channel may have been locked by a
+    /// thread that does not exist in the child).
+    cur: std::sync::atomic::AtomicPtr<Writer>,
 }
 
 impl Output {
     /// Start the writer thread for files under `dir` (which must exist).
     pub fn start(dir: &Path) -> std::io::Result<Output> {
-        let (tx, rx) = unbounded();
-        let dir = dir.to_path_buf();
-        // The writer must never receive the guest's signals: qemu-user implements guest timers
-        // and signals with host signals, and its handlers expect to run on a vCPU thread. A new
-        // thread inherits the creator's mask, so block everything around the spawn.
-        let spawned = with_all_signals_blocked(|| {
-            std::thread::Builder::new()
-                .name("pttrace-writer".into())
-                .spawn(move || writer(dir, rx))
-        });
-        spawned?;
-        Ok(Output { tx })
+        Ok(Output { cur: std::sync::atomic::AtomicPtr::new(Box::leak(Box::new(spawn_writer(dir)?))) })
+    }
+
+    /// In a forked child (issue 19), before its first trace byte: from now on every byte goes to a
+    /// new writer thread and files under `dir`. Whatever the parent had queued is dropped
+    /// unwritten (it is the parent's, and the parent writes it).
+    pub fn restart(&self, dir: &Path) -> std::io::Result<()> {
+        let w = Box::leak(Box::new(spawn_writer(dir)?));
+        self.cur.store(w, std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    #[inline]
+    fn w(&self) -> &'static Writer {
+        // SAFETY: a leaked `Writer`, never freed.
+        unsafe { &*self.cur.load(std::sync::atomic::Ordering::Acquire) }
+    }
+
+    /// The directory this process writes to.
+    pub fn dir(&self) -> &'static Path {
+        &self.w().dir
     }
 
     pub fn send(&self, key: FileKey, bytes: Vec<u8>) {
         if !bytes.is_empty() {
             // The writer only stops after the channel is closed, which cannot happen while
             // `self` is alive.
-            let _ = self.tx.send(Msg::Data(key, bytes));
+            let _ = self.w().tx.send(Msg::Data(key, bytes));
         }
     }
 
     pub fn close(&self, key: FileKey) {
-        let _ = self.tx.send(Msg::Close(key));
+        let _ = self.w().tx.send(Msg::Close(key));
     }
 
     /// Write everything sent so far to the files (without waiting).
     pub fn flush(&self) {
-        let _ = self.tx.send(Msg::Flush);
+        let _ = self.w().tx.send(Msg::Flush);
     }
 
     /// Wait until everything sent so far is written; returns the first write error, if any.
     pub fn sync(&self) -> Result<(), String> {
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
-        self.tx
+        self.w()
+            .tx
             .send(Msg::Sync(ack_tx))
             .map_err(|_| "pttrace: writer thread is gone".to_string())?;
         ack_rx
             .recv()
             .map_err(|_| "pttrace: writer thread is gone".to_string())?
     }
+}
+
+fn spawn_writer(dir: &Path) -> std::io::Result<Writer> {
+    let (tx, rx) = unbounded();
+    let d = dir.to_path_buf();
+    // The writer must never receive the guest's signals: qemu-user implements guest timers
+    // and signals with host signals, and its handlers expect to run on a vCPU thread. A new
+    // thread inherits the creator's mask, so block everything around the spawn.
+    let spawned = with_all_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("pttrace-writer".into())
+            .spawn(move || writer(d, rx))
+    });
+    spawned?;
+    Ok(Writer { tx, dir: dir.to_path_buf() })
 }
 
 fn writer(dir: PathBuf, rx: Receiver<Msg>) {
@@ -341,6 +376,35 @@ impl CodeImage {
             n += 1;
         }
         Some(n)
+    }
+
+    /// Every VERSION record written so far, in version-id order: a forked child's code.img starts
+    /// with them, so the version ids of the translations it inherits stay valid (issue 19).
+    pub fn version_records(&self) -> Vec<u8> {
+        let st = self.state.lock();
+        let mut all: Vec<(u32, u64, &[u8])> =
+            st.versions.iter().flat_map(|(&pc, vs)| vs.iter().map(move |(b, id)| (*id, pc, b.as_slice()))).collect();
+        all.sort_unstable_by_key(|v| v.0);
+        let mut out = Vec::new();
+        for (_, pc, bytes) in all {
+            out.extend_from_slice(&pttrace_core::code_img::version_record(pc, bytes));
+        }
+        out
+    }
+
+    /// fork(): held across the fork by the forking thread (`Shared::prepare_fork`), so the child
+    /// finds it free.
+    pub fn lock_for_fork(&self) {
+        std::mem::forget(self.state.lock());
+    }
+
+    /// After fork(), in the parent and in the child: releases `lock_for_fork`'s lock.
+    ///
+    /// # Safety
+    /// Only after `lock_for_fork` on this thread (or, in the child, on the thread it continues).
+    pub unsafe fn unlock_after_fork(&self) {
+        // SAFETY: held by `lock_for_fork`, whose guard was forgotten.
+        unsafe { self.state.force_unlock() };
     }
 
     /// Code was rewritten at some point: threads must record the versions they run.

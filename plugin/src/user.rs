@@ -19,6 +19,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+mod fork;
+use fork::{is_process_dir, remove_process_dir};
+
 /// One vCPU (= one guest thread in user mode) of the per-vCPU table.
 struct Slot {
     state: Mutex<Option<VcpuTrace>>,
@@ -164,6 +167,17 @@ pub struct Shared {
     code: crate::output::CodeImage,
     /// Pending mmap arguments per vCPU (for maps.txt).
     pending_mmap: Mutex<HashMap<VCPUIndex, (u64, u64, i64, u64)>>,
+    /// Every line written to this process's maps.txt: a forked child's maps.txt starts with them.
+    maps_log: Mutex<Vec<u8>>,
+    /// The run's output directory, absolute (a child may have changed its working directory
+    /// before it forks): forked processes write to ROOT/proc-PID.
+    root_dir: std::path::PathBuf,
+    /// The encoder thread runs (a forked child starts its own).
+    encoder: std::sync::atomic::AtomicBool,
+    /// Slots whose lock the forking thread holds across fork() (`prepare_fork`).
+    fork_locked: AtomicUsize,
+    /// Set in a traced forked child until its streams start (`start_child`).
+    fork_pending: std::sync::atomic::AtomicBool,
     /// Set once the streams are finished (normal exit or a fatal signal): `finish_run` runs once.
     finished: std::sync::atomic::AtomicBool,
     totals: Mutex<Totals>,
@@ -184,6 +198,10 @@ struct Totals {
 }
 
 pub static SHARED: OnceLock<Shared> = OnceLock::new();
+
+/// This process's id, and its parent's if it is a traced forked child (0 for the root process).
+static PID: AtomicU32 = AtomicU32::new(0);
+static PPID: AtomicU32 = AtomicU32::new(0);
 
 const SIGFRAME_RIP_OFFSET: u64 = 8 + 40 + 16 * 8;
 
@@ -575,47 +593,16 @@ impl Shared {
             eprintln!("pttrace: vCPU {vcpu} exceeds the {MAX_VCPUS} the plugin can trace; it is not traced");
             return;
         };
-        if self.opts.trace == TraceKind::Off {
+        if self.opts.trace == TraceKind::Off || forked_child() {
+            // A forked child that is not traced (`inherit=0`): nothing to set up, and a slot's
+            // lock may have been held by a thread of the parent at the fork.
             return;
         }
         let thread = self.next_thread.fetch_add(1, Ordering::Relaxed);
-        let mut flow = UserFlow::default();
-        let tracer = match self.opts.trace {
-            TraceKind::Off => return,
-            TraceKind::Pt => {
-                let mut t = Tracer::new(self.opts.config, Context::KERNEL64);
-                if let Some(cfg) = self.opts.buffer.and_then(|b| b.config().ok()) {
-                    t = t.with_internal_buffer(cfg);
-                }
-                flow.start(&mut t);
-                ThreadTracer::Pt(t)
-            }
-            TraceKind::Rtit => {
-                // The MSR values were accepted once at install.
-                let Ok(mut r) = RtitStream::new(self.opts.rtit, RtitOptions { errata: self.opts.errata, ..RtitOptions::default() }, Context::KERNEL64, KERNEL_ENTRY)
-                else {
-                    eprintln!("pttrace: RTIT MSR programming refused; thread {thread} is not traced");
-                    return;
-                };
-                flow.start(&mut r);
-                ThreadTracer::Rtit(r)
-            }
-        };
         let rsp = qemu_plugin::qemu_plugin_get_registers()
             .ok()
             .and_then(|regs| regs.into_iter().find(|r| r.name == "rsp"));
-        let v = VcpuTrace {
-            thread,
-            tracer,
-            flow,
-            icount: 0,
-            rsp,
-            credit: self.drainer.as_ref().map(|d| d.credit()),
-            truth: self.opts.truth.then(Vec::new),
-            last_truth_ip: u64::MAX,
-            epoch: fatal_signal::epoch(),
-            code: CodeTrack::new(),
-        };
+        let Some(v) = self.new_trace(thread, rsp) else { return };
         let ring = &slot.ring;
         if ring.entries.load(Ordering::Relaxed).is_null() {
             // Kept for the process: a later thread may get this vCPU index again.
@@ -633,6 +620,45 @@ impl Shared {
         if let Some(old) = old {
             self.finish(old);
         }
+    }
+
+    /// A thread's trace hardware, enabled while the thread is in the kernel: its stream starts
+    /// with PSB+ and, at its first user block, TIP.PGE.
+    fn new_trace(&self, thread: u32, rsp: Option<RegisterDescriptor<'static>>) -> Option<VcpuTrace> {
+        let mut flow = UserFlow::default();
+        let tracer = match self.opts.trace {
+            TraceKind::Off => return None,
+            TraceKind::Pt => {
+                let mut t = Tracer::new(self.opts.config, Context::KERNEL64);
+                if let Some(cfg) = self.opts.buffer.and_then(|b| b.config().ok()) {
+                    t = t.with_internal_buffer(cfg);
+                }
+                flow.start(&mut t);
+                ThreadTracer::Pt(t)
+            }
+            TraceKind::Rtit => {
+                // The MSR values were accepted once at install.
+                let Ok(mut r) = RtitStream::new(self.opts.rtit, RtitOptions { errata: self.opts.errata, ..RtitOptions::default() }, Context::KERNEL64, KERNEL_ENTRY)
+                else {
+                    eprintln!("pttrace: RTIT MSR programming refused; thread {thread} is not traced");
+                    return None;
+                };
+                flow.start(&mut r);
+                ThreadTracer::Rtit(r)
+            }
+        };
+        Some(VcpuTrace {
+            thread,
+            tracer,
+            flow,
+            icount: 0,
+            rsp,
+            credit: self.drainer.as_ref().map(|d| d.credit()),
+            truth: self.opts.truth.then(Vec::new),
+            last_truth_ip: u64::MAX,
+            epoch: fatal_signal::epoch(),
+            code: CodeTrack::new(),
+        })
     }
 
     pub(crate) fn vcpu_exit(&self, vcpu: VCPUIndex) {
@@ -747,8 +773,10 @@ impl Shared {
             self.write_meta_end(Some(end));
         }
         let t = self.totals.lock();
+        let ppid = PPID.load(Ordering::Relaxed);
         eprintln!(
-            "pttrace: {} thread(s), {} {} bytes, {} packets, {} PSBs, {} blocks, {} signals{} -> {}",
+            "pttrace: {}{} thread(s), {} {} bytes, {} packets, {} PSBs, {} blocks, {} signals{} -> {}",
+            if ppid != 0 { format!("process {} (forked by {ppid}): ", PID.load(Ordering::Relaxed)) } else { String::new() },
             t.threads,
             t.bytes,
             if self.opts.trace == TraceKind::Rtit { "RTIT" } else { "PT" },
@@ -757,7 +785,7 @@ impl Shared {
             t.blocks,
             t.signals,
             if t.unexplained > 0 { format!(", {} UNEXPLAINED transitions", t.unexplained) } else { String::new() },
-            self.opts.out.display()
+            if ppid != 0 { self.out.dir().display() } else { self.opts.out.display() }
         );
         if let Err(e) = sync {
             eprintln!("pttrace: trace output incomplete: {e}");
@@ -875,6 +903,7 @@ impl Shared {
     /// meta.txt with the binary's layout, and `end=` once the run ended in order.
     fn write_meta_end(&self, end: Option<&str>) {
         if let Err(e) = write_meta(
+            self.out.dir(),
             &self.opts,
             self.binary.get().map(String::as_str).unwrap_or(""),
             end,
@@ -929,7 +958,11 @@ impl Shared {
         }
     }
 
-    pub(crate) fn syscall_return(&self, vcpu: VCPUIndex, num: i64, ret: i64) {
+    pub(crate) fn syscall_return(&'static self, vcpu: VCPUIndex, num: i64, ret: i64) {
+        if self.fork_pending.load(Ordering::Relaxed) {
+            // The first system call return of a forked child: fork's own (issue 19).
+            self.start_child(vcpu);
+        }
         if forked_child() {
             return;
         }
@@ -955,6 +988,9 @@ impl Shared {
             .unwrap_or_else(|_| format!("fd:{fd}"));
         let start = ret as u64;
         let line = format!("{:x} {:x} {:x} {}\n", start, start + len, off, path);
+        if self.opts.inherit {
+            self.maps_log.lock().extend_from_slice(line.as_bytes());
+        }
         self.out.send(FileKey::Maps, line.into_bytes());
     }
 }
@@ -1013,10 +1049,15 @@ fn binary_meta() -> String {
     m
 }
 
-fn write_meta(opts: &Options, binary: &str, end: Option<&str>) -> std::io::Result<()> {
+fn write_meta(dir: &std::path::Path, opts: &Options, binary: &str, end: Option<&str>) -> std::io::Result<()> {
     let mut m = String::new();
     let _ = writeln!(m, "format=pttrace-1");
     let _ = writeln!(m, "mode=user");
+    let _ = writeln!(m, "pid={}", PID.load(Ordering::Relaxed));
+    if PPID.load(Ordering::Relaxed) != 0 {
+        // A forked child (issue 19): DIR/proc-PID of the run's directory.
+        let _ = writeln!(m, "ppid={}", PPID.load(Ordering::Relaxed));
+    }
     m.push_str(binary);
     let _ = writeln!(m, "trace={}", opts.trace.name());
     match opts.trace {
@@ -1039,7 +1080,7 @@ fn write_meta(opts: &Options, binary: &str, end: Option<&str>) -> std::io::Resul
     if let Some(end) = end {
         let _ = writeln!(m, "end={end}");
     }
-    crate::output::replace_file(&opts.out.join("meta.txt"), m.as_bytes())
+    crate::output::replace_file(&dir.join("meta.txt"), m.as_bytes())
 }
 
 /// Parse the options, prepare the output directory and install the user-mode callbacks.
@@ -1061,10 +1102,15 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
                 || name == "maps.txt"
             {
                 let _ = std::fs::remove_file(e.path());
+            } else if is_process_dir(&name) {
+                // A forked process of an earlier run (issue 19).
+                remove_process_dir(&e.path());
             }
         }
     }
-    if let Err(e) = write_meta(&opts, "", None) {
+    let root_dir = std::fs::canonicalize(&opts.out).unwrap_or_else(|_| opts.out.clone());
+    PID.store(std::process::id(), Ordering::Relaxed);
+    if let Err(e) = write_meta(&opts.out, &opts, "", None) {
         fail(&format!(
             "option 'out': cannot write {}: {e}",
             opts.out.join("meta.txt").display()
@@ -1102,6 +1148,11 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         n_handlers: AtomicUsize::new(0),
         code: crate::output::CodeImage::default(),
         pending_mmap: Mutex::new(HashMap::new()),
+        maps_log: Mutex::new(Vec::new()),
+        root_dir,
+        encoder: std::sync::atomic::AtomicBool::new(false),
+        fork_locked: AtomicUsize::new(0),
+        fork_pending: std::sync::atomic::AtomicBool::new(false),
         finished: std::sync::atomic::AtomicBool::new(false),
         totals: Mutex::new(Totals::default()),
         binary: OnceLock::new(),
@@ -1132,10 +1183,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
     if let Some(sh) = SHARED.get().filter(|sh| sh.opts.trace != TraceKind::Off && sh.drainer.is_none()) {
         // PTTRACE_ENCODER=0 (for measurements): every block runs through the model on its vCPU.
         if std::env::var_os("PTTRACE_ENCODER").is_none_or(|v| v != "0") {
-            let spawned = crate::output::with_all_signals_blocked(|| {
-                std::thread::Builder::new().name("pttrace-encoder".into()).spawn(move || sh.encoder_loop())
-            });
-            if let Err(e) = spawned {
+            if let Err(e) = sh.spawn_encoder() {
                 fail(&format!("cannot start the encoder thread: {e}"));
             }
         }

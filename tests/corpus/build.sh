@@ -38,6 +38,8 @@ programs=(
   "smc:smc.c:"
   "smc_threads:smc_threads.c:-pthread"
   "smc_inplace:smc_inplace.c:"
+  "fork_tree:fork_tree.c:"
+  "fork_threads:fork_threads.c:-pthread"
 )
 
 # Fail if FUNCTION in BINARY holds no `jmp *` through a table (a switch jump table).

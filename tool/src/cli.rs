@@ -21,27 +21,31 @@ USAGE:
         offset, ptdump-style. --libipt uses libipt's packet decoder; --raw also
         prints each packet's bytes. Exit 1 if any packet fails to decode.
 
-    pttrace decode DIR [--thread N] [--summary] [--events]
+    pttrace decode DIR [--process PID] [--thread N] [--summary] [--events]
         Reconstruct the executed instructions of every DIR/thread-N.pt with
         libipt (memory from DIR/code.img) and print one address per line
         (lowercase hex, no 0x), each thread preceded by a `thread N` line.
-        --thread N   only thread N, without the header line
-        --summary    only print the per-thread summary (stderr)
-        --events     also print the power and Event Trace events libipt reports,
-                     ptxed style: `[pwre c1.0]`, `[exstop, ip: ADDR]`,
-                     `[pwrx int: c1 (c1)]`, `[mwait HINTS EXT, ip: ADDR]`,
-                     `[interrupt VEC[, cr2: ADDR], ip: ADDR]`, `[iret, ip: ADDR]`,
-                     and `[if 0|1, ip: ADDR]` (RFLAGS.IF; libipt's iflags events are
-                     enabled when meta.txt says event_trace=1)
+        Forked processes (DIR/proc-PID/) follow the traced program's own, and
+        then every header names the process: `process PID thread N`.
+        --process PID  only that process
+        --thread N     only thread N (of the program's own process, or of
+                       --process PID), without the header line
+        --summary      only print the per-thread summary (stderr)
+        --events       also print the power and Event Trace events libipt reports,
+                       ptxed style: `[pwre c1.0]`, `[exstop, ip: ADDR]`,
+                       `[pwrx int: c1 (c1)]`, `[mwait HINTS EXT, ip: ADDR]`,
+                       `[interrupt VEC[, cr2: ADDR], ip: ADDR]`, `[iret, ip: ADDR]`,
+                       and `[if 0|1, ip: ADDR]` (RFLAGS.IF; libipt's iflags events are
+                       enabled when meta.txt says event_trace=1)
         Exit 1 if any stream had a decode error.
 
-    pttrace compare DIR [--thread N] [--context K]
-        Decode every thread that has a DIR/thread-N.truth and compare it with
-        the truth address by address. --context K prints K lines around the
-        first mismatch (default 3, 0 = none). Exit 1 on any decode error,
-        mismatch or length difference. Atom RTIT traces (meta.txt trace=rtit,
-        or thread-N.rtit streams and no thread-N.pt) are decoded as by
-        rtit-decode.
+    pttrace compare DIR [--process PID] [--thread N] [--context K]
+        Decode every thread that has a DIR/thread-N.truth (and every
+        DIR/proc-PID/thread-N.truth) and compare it with the truth address by
+        address. --context K prints K lines around the first mismatch
+        (default 3, 0 = none). Exit 1 on any decode error, mismatch or length
+        difference. Atom RTIT traces (meta.txt trace=rtit, or thread-N.rtit
+        streams and no thread-N.pt) are decoded as by rtit-decode.
 
     pttrace rtit-dump [--cycle-acc] FILE
         Print every packet of one Atom RTIT stream (e.g. DIR/thread-1.rtit)
@@ -50,7 +54,7 @@ USAGE:
         rtit_ctl= in the meta.txt next to FILE. Exit 1 if a packet does not
         parse.
 
-    pttrace rtit-decode DIR [--thread N] [--summary] [--bits N] [--code16 A-B[,A-B..]] [--code32 A-B[,A-B..]]
+    pttrace rtit-decode DIR [--process PID] [--thread N] [--summary] [--bits N] [--code16 A-B[,A-B..]] [--code32 A-B[,A-B..]]
         Reconstruct the executed instructions of every DIR/thread-N.rtit
         (RTIT decoder of pttrace-core, code from DIR/code.img, Cycle_Acc from
         meta.txt rtit_ctl=) and print them as decode does: one address per
@@ -144,6 +148,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     let (mut libipt, mut raw, mut summary, mut events) = (false, false, false, false);
     let mut cycle_acc = None;
     let mut thread = None;
+    let mut process = None;
     let mut context = None;
     let mut bits = None;
     let mut code16 = Vec::new();
@@ -162,6 +167,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                     ("decode" | "rtit-decode", "--summary") => summary = true,
                     ("decode", "--events") => events = true,
                     ("decode" | "compare" | "rtit-decode", "--thread") => thread = Some(parse_u32(o, it.next())?),
+                    ("decode" | "compare" | "rtit-decode", "--process") => process = Some(parse_u32(o, it.next())?),
                     ("rtit-dump", "--cycle-acc") => cycle_acc = Some(true),
                     ("rtit-decode", "--bits") => {
                         bits = match it.next().as_ref().and_then(|v| v.to_str()) {
@@ -221,6 +227,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             dir: path,
             opts: DecodeOptions {
                 thread,
+                process,
                 summary_only: summary,
                 events,
                 ..DecodeOptions::default()
@@ -232,6 +239,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
             dir: path,
             opts: DecodeOptions {
                 thread,
+                process,
                 summary_only: summary,
                 events: false,
                 bits,
@@ -242,6 +250,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
         _ => {
             let mut opts = CompareOptions {
                 thread,
+                process,
                 ..CompareOptions::default()
             };
             if let Some(c) = context {
@@ -277,6 +286,33 @@ fn run_dump(file: &PathBuf, libipt: bool, raw: bool) -> Result<i32> {
     }
 }
 
+/// decode and rtit-decode over every process of the run (`--process`: one; `--thread`: a thread
+/// of the first selected). In a run with several processes, one without streams (`has_streams`)
+/// is skipped. The exit status is the worst: a decode error, else a run cut short, else success.
+fn for_each_process(
+    dir: &OutDir,
+    opts: &DecodeOptions,
+    mut f: impl FnMut(&OutDir) -> Result<i32>,
+    has_streams: impl Fn(&OutDir) -> bool,
+) -> Result<i32> {
+    let mut procs = crate::compare::select_processes(dir, opts.process)?;
+    if opts.thread.is_some() {
+        procs.truncate(1);
+    }
+    let multi = procs.len() > 1;
+    let mut status = EXIT_OK;
+    for p in &procs {
+        if multi && !has_streams(p) {
+            continue;
+        }
+        let s = f(p)?;
+        if s == EXIT_FAIL || status == EXIT_OK {
+            status = if status == EXIT_FAIL { EXIT_FAIL } else { s };
+        }
+    }
+    Ok(status)
+}
+
 fn dispatch(cmd: Command) -> Result<i32> {
     match cmd {
         Command::Help => {
@@ -288,7 +324,7 @@ fn dispatch(cmd: Command) -> Result<i32> {
             let dir = OutDir::open(&dir)?;
             let stdout = io::stdout();
             let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
-            cmd_decode(&dir, &opts, &mut out)
+            for_each_process(&dir, &opts, |d| cmd_decode(d, &opts, &mut out), |d| !d.threads.is_empty())
         }
         Command::Compare { dir, opts } => {
             let dir = OutDir::open(&dir)?;
@@ -305,7 +341,7 @@ fn dispatch(cmd: Command) -> Result<i32> {
             let dir = OutDir::open(&dir)?;
             let stdout = io::stdout();
             let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
-            cmd_rtit_decode(&dir, &opts, &mut out)
+            for_each_process(&dir, &opts, |d| cmd_rtit_decode(d, &opts, &mut out), |d| !d.rtits.is_empty())
         }
         Command::Perf { dir, out } => crate::perf_data::cmd_perf(&dir, out.as_deref()),
     }

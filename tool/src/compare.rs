@@ -1,6 +1,7 @@
 //! `pttrace compare DIR`: decode every thread that has a `thread-N.truth`
 //! and compare the reconstructed instruction addresses with the truth
-//! (libipt for Intel PT, pttrace_core's RTIT decoder for Atom RTIT traces).
+//! (libipt for Intel PT, pttrace_core's RTIT decoder for Atom RTIT traces),
+//! in every process of the run (DIR and its `proc-PID` directories).
 
 use std::io::Write;
 use std::path::Path;
@@ -114,9 +115,9 @@ fn opt_hex(v: Option<u64>) -> String {
 }
 
 /// The per-thread result line (without trailing newline).
-pub fn format_comparison(thread: u32, c: &Comparison, decode_errors: u64) -> String {
+pub fn format_comparison(thread: &str, c: &Comparison, decode_errors: u64) -> String {
     let mut s = format!(
-        "thread {thread}: decoded {}, truth {}, mismatches {}",
+        "{thread}: decoded {}, truth {}, mismatches {}",
         c.decoded, c.truth, c.mismatches
     );
     if let Some(f) = &c.first {
@@ -135,6 +136,8 @@ pub fn format_comparison(thread: u32, c: &Comparison, decode_errors: u64) -> Str
 #[derive(Debug, Clone)]
 pub struct CompareOptions {
     pub thread: Option<u32>,
+    /// Only the process with this pid (a run with forked processes).
+    pub process: Option<u32>,
     /// Lines of context printed around the first mismatch.
     pub context: usize,
 }
@@ -143,6 +146,7 @@ impl Default for CompareOptions {
     fn default() -> Self {
         CompareOptions {
             thread: None,
+            process: None,
             context: 3,
         }
     }
@@ -172,8 +176,83 @@ fn write_context<W: Write>(
     Ok(())
 }
 
-/// `pttrace compare DIR`. Returns the exit status.
+/// What the compared threads of all processes add up to.
+#[derive(Default)]
+struct Tally {
+    threads: usize,
+    compared: u64,
+    mismatches: u64,
+    errors: u64,
+    failed: bool,
+    cut_short: bool,
+}
+
+/// The processes `--process` selects (all without it), in `OutDir::processes` order.
+pub fn select_processes(dir: &OutDir, process: Option<u32>) -> Result<Vec<OutDir>> {
+    let all = dir.processes()?;
+    match process {
+        None => Ok(all),
+        Some(pid) => {
+            let sel: Vec<OutDir> = all.into_iter().filter(|d| d.pid() == Some(pid)).collect();
+            if sel.is_empty() {
+                return Err(ToolError::input(format!("no process {pid} in {}", dir.path.display())));
+            }
+            Ok(sel)
+        }
+    }
+}
+
+/// `pttrace compare DIR`: every process of the run (one total line). Returns the exit status.
 pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -> Result<i32> {
+    let wr = |e: std::io::Error| ToolError::input(format!("cannot write output: {e}"));
+    let mut procs = select_processes(dir, opts.process)?;
+    if opts.thread.is_some() {
+        // --thread N names a thread of one process: the first selected.
+        procs.truncate(1);
+    }
+    let mut tally = Tally::default();
+    let multi = procs.first().is_some_and(|p| p.multi);
+    let mut compared_procs = 0;
+    for p in &procs {
+        if multi && p.truths.is_empty() && opts.thread.is_none() {
+            let streams = if p.is_rtit() { &p.rtits } else { &p.threads };
+            for &n in streams {
+                writeln!(out, "{}: no truth file, skipped", p.thread_label(n)).map_err(wr)?;
+            }
+            continue;
+        }
+        compare_process(p, opts, out, &mut tally)?;
+        compared_procs += 1;
+    }
+    if tally.threads == 0 {
+        return Err(ToolError::input(format!(
+            "no thread-N.truth files in {} or its proc-PID directories: nothing to compare",
+            dir.path.display()
+        )));
+    }
+    writeln!(
+        out,
+        "total: {}{} threads, compared {} instructions, mismatches {}, decode errors {}: {}",
+        if multi { format!("{compared_procs} processes, ") } else { String::new() },
+        tally.threads,
+        tally.compared,
+        tally.mismatches,
+        tally.errors,
+        if tally.failed { "FAIL" } else { "OK" }
+    )
+    .map_err(wr)?;
+    out.flush().map_err(wr)?;
+    Ok(if tally.failed {
+        EXIT_FAIL
+    } else if tally.cut_short {
+        EXIT_TRUNCATED
+    } else {
+        EXIT_OK
+    })
+}
+
+/// Compare the threads of one process's directory (per-thread lines; the totals go to `tally`).
+fn compare_process<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W, tally: &mut Tally) -> Result<()> {
     let wr = |e: std::io::Error| ToolError::input(format!("cannot write output: {e}"));
     let threads: Vec<u32> = match opts.thread {
         Some(n) => {
@@ -211,11 +290,12 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
         listed.sort_unstable();
     }
 
-    let mut failed = false;
-    let (mut tot_compared, mut tot_mismatch, mut tot_errors) = (0u64, 0u64, 0u64);
+    tally.cut_short |= cut_short;
+    tally.threads += threads.len();
     for &n in &listed {
+        let label = dir.thread_label(n);
         if !threads.contains(&n) {
-            writeln!(out, "thread {n}: no truth file, skipped").map_err(wr)?;
+            writeln!(out, "{label}: no truth file, skipped").map_err(wr)?;
             continue;
         }
         let mut truth = load_truth_cut(&dir.truth_path(n), cut_short)?;
@@ -223,7 +303,7 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
             let trace = dir.read_rtit(n)?;
             let d = decode_rtit(&trace, &code, n, dir);
             if let Some(e) = &d.error {
-                eprintln!("pttrace: thread {n}: RTIT decode error: {e}");
+                eprintln!("pttrace: {label}: RTIT decode error: {e}");
             }
             (d.ips, u64::from(d.error.is_some()))
         } else if !rtit && streams.contains(&n) {
@@ -231,15 +311,15 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
             let mut printed = 0;
             let (ips, stats) = decode_to_vec(&trace, &code, n, cpu, |e| {
                 if cut_short && e.message.starts_with("trace ends with a truncated packet") {
-                    eprintln!("pttrace: thread {n}: stream truncated at {}: {}", e.offset_str(), e.message);
+                    eprintln!("pttrace: {label}: stream truncated at {}: {}", e.offset_str(), e.message);
                 } else {
-                    print_decode_error(n, e, &mut printed)
+                    print_decode_error(&label, e, &mut printed)
                 }
             });
             (ips, stats.errors - if cut_short { stats.truncated_tail } else { 0 })
         } else {
             let path = if rtit { dir.rtit_path(n) } else { dir.pt_path(n) };
-            eprintln!("pttrace: thread {n}: {} is missing", path.display());
+            eprintln!("pttrace: {label}: {} is missing", path.display());
             (Vec::new(), 1)
         };
         let mut decoded = decoded;
@@ -249,7 +329,7 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
             let m = decoded.len().min(truth.len());
             writeln!(
                 out,
-                "thread {n}: run cut short: decoded {}, truth {}; comparing the first {m}",
+                "{label}: run cut short: decoded {}, truth {}; comparing the first {m}",
                 decoded.len(),
                 truth.len()
             )
@@ -258,35 +338,18 @@ pub fn cmd_compare<W: Write>(dir: &OutDir, opts: &CompareOptions, out: &mut W) -
             truth.truncate(m);
         }
         let c = compare_addrs(&decoded, &truth);
-        writeln!(out, "{}", format_comparison(n, &c, errors)).map_err(wr)?;
+        writeln!(out, "{}", format_comparison(&label, &c, errors)).map_err(wr)?;
         if let Some(f) = &c.first {
             if opts.context > 0 {
                 write_context(out, &decoded, &truth, f, opts.context).map_err(wr)?;
             }
         }
-        failed |= !c.ok() || errors > 0;
-        tot_compared += c.compared() as u64;
-        tot_mismatch += c.mismatches;
-        tot_errors += errors;
+        tally.failed |= !c.ok() || errors > 0;
+        tally.compared += c.compared() as u64;
+        tally.mismatches += c.mismatches;
+        tally.errors += errors;
     }
-    writeln!(
-        out,
-        "total: {} threads, compared {} instructions, mismatches {}, decode errors {}: {}",
-        threads.len(),
-        tot_compared,
-        tot_mismatch,
-        tot_errors,
-        if failed { "FAIL" } else { "OK" }
-    )
-    .map_err(wr)?;
-    out.flush().map_err(wr)?;
-    Ok(if failed {
-        EXIT_FAIL
-    } else if cut_short {
-        EXIT_TRUNCATED
-    } else {
-        EXIT_OK
-    })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -332,7 +395,7 @@ mod tests {
             })
         );
         assert_eq!(
-            format_comparison(4, &c, 0),
+            format_comparison("thread 4", &c, 0),
             "thread 4: decoded 2, truth 3, mismatches 0, first mismatch at index 2 (decoded <end>, truth 3), decode errors 0"
         );
     }

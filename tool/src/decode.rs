@@ -350,17 +350,17 @@ pub fn decode_to_vec<E: FnMut(&DecodeError)>(
 
 /// Print a decode error to stderr in the standard format, honouring the
 /// per-stream print limit. `printed` counts errors printed so far.
-pub fn print_decode_error(thread: u32, e: &DecodeError, printed: &mut u64) {
+pub fn print_decode_error(thread: &str, e: &DecodeError, printed: &mut u64) {
     *printed += 1;
     if *printed <= MAX_PRINTED_ERRORS {
         eprintln!(
-            "pttrace: thread {thread}: decode error at offset {}: {}",
+            "pttrace: {thread}: decode error at offset {}: {}",
             e.offset_str(),
             e.message
         );
     } else if *printed == MAX_PRINTED_ERRORS + 1 {
         eprintln!(
-            "pttrace: thread {thread}: further decode errors not shown (see summary for the count)"
+            "pttrace: {thread}: further decode errors not shown (see summary for the count)"
         );
     }
 }
@@ -377,6 +377,8 @@ pub fn print_load_warnings(dir: &OutDir, warnings: &[String]) {
 pub struct DecodeOptions {
     /// Only this thread, and no `thread N` header line.
     pub thread: Option<u32>,
+    /// Only the process with this pid (a run with forked processes).
+    pub process: Option<u32>,
     /// Only print the per-thread summary (stderr).
     pub summary_only: bool,
     /// Also print the events libipt reports (power events), one `[...]` line each, ptxed style.
@@ -433,8 +435,9 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
     let mut any_error = false;
     for &n in &threads {
         let trace = dir.read_pt(n)?;
+        let label = dir.thread_label(n);
         if opts.thread.is_none() && !opts.summary_only {
-            writeln!(out, "thread {n}").map_err(out_err)?;
+            writeln!(out, "{label}").map_err(out_err)?;
         }
         let mut printed = 0;
         let sink = std::cell::RefCell::new(&mut *out);
@@ -460,9 +463,9 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             },
             |e| {
                 if cut_short && e.message.starts_with("trace ends with a truncated packet") {
-                    eprintln!("pttrace: thread {n}: stream truncated at {}: {}", e.offset_str(), e.message);
+                    eprintln!("pttrace: {label}: stream truncated at {}: {}", e.offset_str(), e.message);
                 } else {
-                    print_decode_error(n, e, &mut printed)
+                    print_decode_error(&label, e, &mut printed)
                 }
             },
         );
@@ -484,7 +487,7 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             String::new()
         };
         eprintln!(
-            "pttrace: thread {n}: {} instructions, {} branches, {} errors{ovf}, {} bytes of trace",
+            "pttrace: {label}: {} instructions, {} branches, {} errors{ovf}, {} bytes of trace",
             stats.instructions,
             stats.branches,
             stats.errors,

@@ -1,5 +1,7 @@
 //! The plugin's output directory: `meta.txt`, `thread-N.pt` (Intel PT) or `thread-N.rtit`
-//! (Atom RTIT), `thread-N.truth`, `code.img`, `maps.txt`.
+//! (Atom RTIT), `thread-N.truth`, `code.img`, `maps.txt`; and in user mode one directory
+//! `proc-PID` (or `proc-PID.K`) with the same files for every process the traced program forked,
+//! its children's included (issue 19).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -87,6 +89,9 @@ pub struct OutDir {
     pub truths: Vec<u32>,
     /// Thread numbers that have a `thread-N.rtit` (Atom RTIT stream), ascending.
     pub rtits: Vec<u32>,
+    /// Part of a run with several processes: threads are named with their process
+    /// (`thread_label`).
+    pub multi: bool,
 }
 
 /// `thread-N.<ext>` -> N (N must be a plain decimal number).
@@ -146,7 +151,51 @@ impl OutDir {
             threads,
             truths,
             rtits,
+            multi: false,
         })
+    }
+
+    /// Every process of the run: this directory (the process the run started with) first, then
+    /// each forked process's `proc-PID` directory by pid. A run that forked nothing is just this
+    /// directory, unchanged; otherwise every directory has `multi` set.
+    pub fn processes(&self) -> Result<Vec<OutDir>> {
+        let rd = std::fs::read_dir(&self.path).map_err(|e| ToolError::io("cannot list", &self.path, e))?;
+        let mut children = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| ToolError::io("cannot list", &self.path, e))?;
+            let name = ent.file_name();
+            let Some(key) = name.to_str().and_then(pttrace_core::process_dir::parse) else { continue };
+            if ent.path().is_dir() {
+                children.push((key, ent.path()));
+            }
+        }
+        children.sort();
+        let mut all = vec![self.clone()];
+        for (_, p) in children {
+            all.push(OutDir::open(&p)?);
+        }
+        let multi = all.len() > 1;
+        for d in &mut all {
+            d.multi = multi;
+        }
+        Ok(all)
+    }
+
+    /// The process id from meta.txt's `pid=` (None before issue 19 or in full-system mode).
+    pub fn pid(&self) -> Option<u32> {
+        self.meta.get("pid").and_then(|p| p.parse().ok())
+    }
+
+    /// How thread N is named in headers and messages: `thread N`, or in a run with several
+    /// processes `process PID thread N` (the directory's name if meta.txt has no pid).
+    pub fn thread_label(&self, n: u32) -> String {
+        if !self.multi {
+            return format!("thread {n}");
+        }
+        match self.pid() {
+            Some(pid) => format!("process {pid} thread {n}"),
+            None => format!("process {} thread {n}", self.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()),
+        }
     }
 
     /// Was the run cut short? The plugin writes `end=` into meta.txt when it has finished every
@@ -268,6 +317,29 @@ mod tests {
     }
 
     #[test]
+    fn a_run_with_forked_processes_names_them_in_thread_labels() {
+        let root = std::env::temp_dir().join(format!("pttrace-outdir-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (d, pid) in [("", 100), ("proc-205", 205), ("proc-31", 31), ("proc-31.2", 31)] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+            std::fs::write(root.join(d).join("meta.txt"), format!("format=pttrace-1\npid={pid}\n")).unwrap();
+            std::fs::write(root.join(d).join("thread-1.pt"), b"").unwrap();
+        }
+        std::fs::write(root.join("proc-7"), b"not a directory").unwrap();
+        let all = OutDir::open(&root).unwrap().processes().unwrap();
+        let names: Vec<String> = all.iter().map(|d| d.thread_label(1)).collect();
+        assert_eq!(names, ["process 100 thread 1", "process 31 thread 1", "process 31 thread 1", "process 205 thread 1"]);
+        assert!(all[2].path.ends_with("proc-31.2"));
+        std::fs::remove_dir_all(&root).unwrap();
+        let single = std::env::temp_dir().join(format!("pttrace-outdir-single-{}", std::process::id()));
+        std::fs::create_dir_all(&single).unwrap();
+        let all = OutDir::open(&single).unwrap().processes().unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].thread_label(3), "thread 3");
+        std::fs::remove_dir_all(&single).unwrap();
+    }
+
+    #[test]
     fn meta() {
         let m = Meta::parse("format=pttrace-1\nmode=user\nbinary=/bin/x\ncpu=6/85/4\n\n");
         assert_eq!(m.cpu, Some((6, 85, 4)));
@@ -277,7 +349,7 @@ mod tests {
         assert_eq!(m.cpu, Some((6, 0x55, 4)));
         assert_eq!(m.warnings.len(), 2);
         let m = Meta::parse("trace=rtit\nrtit_ctl=0x290b\nrtit_events=0x0f\nrtit_lip=0x401000,0x402000,0x401100,0x402001\n");
-        let d = OutDir { path: PathBuf::new(), meta: m, threads: vec![], truths: vec![], rtits: vec![1] };
+        let d = OutDir { path: PathBuf::new(), meta: m, threads: vec![], truths: vec![], rtits: vec![1], multi: false };
         assert!(d.is_rtit() && d.rtit_cycle_acc());
         // Filter_Event_ID 111b (always on), TraceStop_Event_ID 001b (RANGE1).
         assert_eq!(d.rtit_stop_ranges(), [None, Some((0x402000, 0x402001))]);

@@ -123,9 +123,10 @@ pub fn cmd_rtit_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W
     for &n in &threads {
         let trace = dir.read_rtit(n)?;
         let d = decode_rtit_with(&trace, &code, n, dir, opts);
+        let label = dir.thread_label(n);
         let written = (|| -> io::Result<()> {
             if opts.thread.is_none() && !opts.summary_only {
-                writeln!(out, "thread {n}")?;
+                writeln!(out, "{label}")?;
             }
             if !opts.summary_only {
                 for &ip in &d.ips {
@@ -140,10 +141,10 @@ pub fn cmd_rtit_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W
             Ok(()) => {}
         }
         if let Some(e) = &d.error {
-            eprintln!("pttrace: thread {n}: RTIT decode error: {e}");
+            eprintln!("pttrace: {label}: RTIT decode error: {e}");
         }
         eprintln!(
-            "pttrace: thread {n}: {} instructions, {} errors, {} bytes of RTIT trace",
+            "pttrace: {label}: {} instructions, {} errors, {} bytes of RTIT trace",
             d.ips.len(),
             u8::from(d.error.is_some()),
             trace.len()

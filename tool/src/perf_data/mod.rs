@@ -263,6 +263,17 @@ fn header_features(
 pub fn cmd_perf(dir_path: &Path, out: Option<&Path>) -> Result<i32> {
     let dir = OutDir::open(dir_path)?;
     let opts = check_dir(&dir)?;
+    let procs = dir.processes()?;
+    if procs.len() > 1 {
+        // One perf.data holds the process the run started with (issue 19); perf's per-process
+        // sideband for forked children (PERF_RECORD_FORK/COMM, their mmaps) is not written.
+        eprintln!(
+            "pttrace: warning: {} also holds {} forked process(es) (proc-PID/): perf.data covers only the traced program's own process; convert a child with `pttrace perf {}/proc-PID`",
+            dir.path.display(),
+            procs.len() - 1,
+            dir.path.display()
+        );
+    }
     if dir.cut_short() {
         eprintln!("{}", dir.cut_short_warning());
     }
