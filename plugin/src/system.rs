@@ -226,6 +226,9 @@ struct BlockInfo {
     modes: ModeSet,
     /// An instruction of the block may change CS, CR0.PE or IA32_EFER.LMA (`may_change_mode`).
     changes_mode: bool,
+    /// Per mode slot: the block's end leaves the recorded state (it may change the mode, writes
+    /// CR3 or is a far transfer): the next block runs the model (`Shared::record_block`).
+    ends_recording: [bool; 3],
 }
 
 
@@ -837,9 +840,8 @@ impl Shared {
             return Err(last_started);
         }
         front.budget -= 1;
-        let block = info.in_mode(front.mode);
-        front.after = (!info.changes_mode && !block.writes_cr3 && !matches!(block.last.kind, BranchKind::Far(_)))
-            .then_some((block, pc.wrapping_sub(info.pc)));
+        let slot = mode_slot(front.mode);
+        front.after = (!info.ends_recording[slot]).then_some((info.by_mode[slot], pc.wrapping_sub(info.pc)));
         Ok(())
     }
 
@@ -915,13 +917,9 @@ impl Shared {
         let changes_mode = insns.iter().any(|(_, b)| may_change_mode(b));
         // Kept for the life of the process: QEMU does not say when a translation is freed (the
         // qemu-plugin crate's closures are leaked the same way).
-        let info: &'static BlockInfo = Box::leak(Box::new(BlockInfo {
-            pc,
-            has_wrmsr,
-            by_mode: [for_mode(16), for_mode(32), for_mode(64)],
-            modes,
-            changes_mode,
-        }));
+        let by_mode = [for_mode(16), for_mode(32), for_mode(64)];
+        let ends_recording = by_mode.map(|b: &SysBlock| changes_mode || b.writes_cr3 || matches!(b.last.kind, BranchKind::Far(_)));
+        let info: &'static BlockInfo = Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, changes_mode, ends_recording }));
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
         let bitness = 64;

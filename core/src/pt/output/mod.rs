@@ -310,6 +310,7 @@ impl OutputUnit {
     /// buffers output internally too (SDM §33.2.7: packets reach memory only after TraceEn is
     /// cleared or some time later). 0 unless the unit is running; a single range never has an
     /// event (it wraps silently).
+    #[inline]
     pub fn quiet_room(&self) -> u64 {
         if self.state != OutputState::Running {
             return 0;

@@ -192,6 +192,7 @@ impl Topa {
     /// bytes themselves: completing the current region (a ToPA PMI, STOP, or loading the next
     /// entry, which may be an operational error) or, in a single-output-region table, crossing the
     /// early PMI mark. The byte that completes the region is not quiet.
+    #[inline]
     pub(super) fn quiet_room(&self) -> u64 {
         let Some(r) = self.region else { return 0 };
         let mut room = r.size.saturating_sub(self.offset).saturating_sub(1);
