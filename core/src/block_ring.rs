@@ -119,6 +119,30 @@ impl<T: Copy> BlockRing<T> {
     }
 }
 
+/// How a thread that consumes rings waits between passes that found nothing to do: work may come
+/// within microseconds while a vCPU runs (a chunk is a few microseconds of guest execution), so
+/// it first spins without a system call, then sleeps 200 us at a time.
+#[derive(Default)]
+pub struct ConsumerBackoff {
+    idle: u32,
+}
+
+impl ConsumerBackoff {
+    /// After a pass over the rings; `worked`: it consumed something.
+    pub fn after_pass(&mut self, worked: bool) {
+        if worked {
+            self.idle = 0;
+        } else if self.idle < 200 {
+            self.idle += 1;
+            for _ in 0..200 {
+                std::hint::spin_loop();
+            }
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

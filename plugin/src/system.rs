@@ -379,6 +379,12 @@ struct FrontCell(UnsafeCell<Option<Front>>);
 // SAFETY: a vCPU's `Front` is used only by callbacks on that vCPU's own thread (`Shared::front`).
 unsafe impl Sync for FrontCell {}
 
+/// The block's end leaves the state in which blocks are only recorded (`Shared::record_budget`):
+/// it may change the mode (`changes_mode`), writes CR3 or is a far transfer.
+fn ends_recording(block: &SysBlock, changes_mode: bool) -> bool {
+    changes_mode || block.writes_cr3 || matches!(block.last.kind, BranchKind::Far(_))
+}
+
 /// One u64 per vCPU in a QEMU scoreboard: inline operations read and write it without a
 /// callback, the plugin reads and writes it from the vCPU's own callbacks.
 struct PerVcpuU64(qemu_plugin::sys::qemu_plugin_u64);
@@ -558,10 +564,7 @@ impl Shared {
             f(self, v);
             if let Some(front) = front {
                 front.budget = self.record_budget(v, front.ring);
-                front.after = v
-                    .after
-                    .filter(|(b, _, changes_mode)| !changes_mode && !b.writes_cr3 && !matches!(b.last.kind, BranchKind::Far(_)))
-                    .map(|(b, d, _)| (b, d));
+                front.after = v.after.filter(|&(b, _, changes_mode)| !ends_recording(b, changes_mode)).map(|(b, d, _)| (b, d));
                 front.mode = v.tracer.context().mode;
                 front.mtc = v.msrs.ctl.mtc_en();
                 if front.mtc {
@@ -617,14 +620,18 @@ impl Shared {
         let (cs, cr0, efer) = v.mode_regs.unwrap_or_default();
         let key = (cs, cr0 & 1, 0);
         let lma = efer & (1 << 10) != 0;
-        let possible = if lma { info.modes } else { ModeSet(info.modes.0 & !4) };
-        if let Some(m) = possible.single().filter(|_| key.1 != 0) {
-            v.proven = Some((m, key));
-        }
+        Self::prove_mode(v, info, key, lma);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven };
         v.flow.block(&mut v.tracer, r.pc, &info.by_mode, v.pc_delta, r.last_started, &mut cpu);
         let mode = v.tracer.context().mode;
         v.after = (mode != ExecMode::Bit16 && info.modes.contains(mode)).then(|| (info.in_mode(mode), v.pc_delta, info.changes_mode));
+        self.block_output(v, may_store);
+    }
+
+    /// The output at the end of a block run by the model: handed to guest memory as `drain`
+    /// decides, or (`may_store` false: not in vCPU context) only a request that the vCPU store it.
+    #[inline]
+    fn block_output(&self, v: &mut Vcpu, may_store: bool) {
         if may_store {
             self.drain(v);
         } else if !Self::hold_pt_output(v) {
@@ -632,6 +639,23 @@ impl Shared {
                 ring.want_flush();
             }
         }
+    }
+
+    /// A block whose decoding matches only one mode proves it while CS, CR0.PE and EFER.LMA
+    /// (`key`, `lma`) stay as they are (the descriptor cache, issue 12).
+    #[inline]
+    fn prove_mode(v: &mut Vcpu, info: &BlockInfo, key: (u64, u64, u64), lma: bool) {
+        let possible = if lma { info.modes } else { ModeSet(info.modes.0 & !4) };
+        if let Some(m) = possible.single().filter(|_| key.1 != 0) {
+            v.proven = Some((m, key));
+        }
+    }
+
+    /// Something records this block, so its actual address matters (with TraceEn = 0 and nothing
+    /// else on no packet depends on it; a WRMSR may enable tracing inside the block).
+    #[inline]
+    fn needs_actual_pc(v: &Vcpu, info: &BlockInfo, rtit_on: bool, lbr_on: bool) -> bool {
+        v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on
     }
 
     /// For how many blocks the block callback may only record (0: none), decided when the model
@@ -850,7 +874,7 @@ impl Shared {
     /// model's work overlaps the guest's on another host CPU. It never waits for a vCPU
     /// (`try_lock`) and never writes guest memory (`run_block` with `may_store` false).
     fn encoder_loop(&'static self) {
-        let mut idle = 0u32;
+        let mut backoff = pttrace_core::block_ring::ConsumerBackoff::default();
         loop {
             let n = self.n_rings.load(Ordering::Acquire).min(self.rings.len());
             let mut worked = false;
@@ -872,16 +896,7 @@ impl Shared {
                 });
                 worked = true;
             }
-            if worked {
-                idle = 0;
-            } else if idle < 200 {
-                idle += 1;
-                for _ in 0..200 {
-                    std::hint::spin_loop();
-                }
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
+            backoff.after_pass(worked);
         }
     }
 
@@ -918,7 +933,7 @@ impl Shared {
         // Kept for the life of the process: QEMU does not say when a translation is freed (the
         // qemu-plugin crate's closures are leaked the same way).
         let by_mode = [for_mode(16), for_mode(32), for_mode(64)];
-        let ends_recording = by_mode.map(|b: &SysBlock| changes_mode || b.writes_cr3 || matches!(b.last.kind, BranchKind::Far(_)));
+        let ends_recording = by_mode.map(|b: &SysBlock| ends_recording(b, changes_mode));
         let info: &'static BlockInfo = Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, changes_mode, ends_recording }));
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
@@ -1056,7 +1071,7 @@ impl Shared {
             Some(slot) => slot.take(u64::MAX),
             None => self.last_started.take(v.index, u64::MAX),
         });
-        let exact = v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on;
+        let exact = Self::needs_actual_pc(v, info, rtit_on, lbr_on);
         let after = v.after.take();
         if after.is_none_or(|(prev, _, changes_mode)| changes_mode || matches!(prev.last.kind, BranchKind::Far(_))) {
             v.mode_regs = None;
@@ -1094,7 +1109,7 @@ impl Shared {
         }
         let rtit_on = v.rtit.as_ref().is_some_and(|r| r.trigger_en());
         let lbr_on = self.lbr_recording(v);
-        let exact = v.tracer.trace_en() || v.bts.active() || rtit_on || v.truth.is_some() || info.has_wrmsr || v.pmu.active() || lbr_on;
+        let exact = Self::needs_actual_pc(v, info, rtit_on, lbr_on);
         v.after = None;
         let (cs, cr0, efer) = v.mode_regs.unwrap_or_default();
         v.pc_delta = pc.wrapping_sub(info.pc);
@@ -1107,10 +1122,7 @@ impl Shared {
             v.proven = None;
         }
         let lma = efer & (1 << 10) != 0;
-        let possible = if lma { info.modes } else { ModeSet(info.modes.0 & !4) };
-        if let Some(m) = possible.single().filter(|_| key.1 != 0) {
-            v.proven = Some((m, key));
-        }
+        Self::prove_mode(v, info, key, lma);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven };
         if v.bts.active() && !v.bts.dtes64() {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
@@ -1186,13 +1198,7 @@ impl Shared {
                 }
             }
         }
-        if may_store {
-            self.drain(v);
-        } else if !Self::hold_pt_output(v) {
-            if let Some(ring) = self.rings.get(v.index as usize).and_then(|r| r.get()) {
-                ring.want_flush();
-            }
-        }
+        self.block_output(v, may_store);
         if let (Some(out), Some(t)) = (&self.out, v.truth.as_mut()) {
             if t.len() >= 256 * 1024 {
                 out.send(FileKey::Truth(v.index + 1), std::mem::take(t));

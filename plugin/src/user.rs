@@ -257,7 +257,7 @@ impl Shared {
     /// a ring's published length once per pass (the producer's cache line moves at most once per
     /// pass, not per block), spins briefly while work may come, and sleeps when none did.
     fn encoder_loop(&'static self) {
-        let mut idle = 0u32;
+        let mut backoff = pttrace_core::block_ring::ConsumerBackoff::default();
         loop {
             let n = self.n_slots.load(Ordering::Relaxed).min(self.vcpus.len());
             let mut worked = false;
@@ -270,18 +270,7 @@ impl Shared {
                     }
                 }
             }
-            if worked {
-                idle = 0;
-            } else if idle < 200 {
-                // Work may come within microseconds while a vCPU runs (a chunk is ~2-10 us of guest
-                // execution): wait without a system call.
-                idle += 1;
-                for _ in 0..200 {
-                    std::hint::spin_loop();
-                }
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
+            backoff.after_pass(worked);
         }
     }
 
