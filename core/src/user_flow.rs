@@ -388,6 +388,38 @@ impl UserFlow {
         }
     }
 
+    /// The thread is stopped for good just before the block at `pc` (a default-fatal signal
+    /// ends the process while the thread was about to run it, issue 20): the previous block's
+    /// last instruction retired with `pc` as its outcome, then an interrupt that never returns
+    /// (FUP(`pc`), TIP.PGD: SDM Table 33-23, the FUP of an interrupt is the next instruction
+    /// that would have executed). Without it a block ending in a direct CALL or JMP would leave
+    /// the stream ending after that branch, and a decoder follows a direct branch without a
+    /// packet: it would report the target's instructions up to the next conditional or
+    /// indirect branch as executed. A transition nothing explains ends like `finish`.
+    pub fn stopped_at<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, pc: u64) {
+        if let Position::After(prev) = self.pos {
+            let last = prev.last;
+            if prev.enters_kernel() {
+                // The thread never came back from the kernel.
+                self.enter_kernel(tracer, prev);
+            } else if last.rep_string && pc == last.ip {
+                // Stopped between two iterations of the REP string instruction.
+                tracer.interrupt(pc, KERNEL_ENTRY, Context::KERNEL64);
+            } else if prev.explains(pc) && !matches!(last.kind, BranchKind::Far(_)) {
+                // After a near indirect branch `pc` is taken as its target (the thread stops
+                // before the model could read a signal frame there).
+                tracer.branch(last.ip, last.nlip(), last.kind, pc);
+                tracer.interrupt(pc, KERNEL_ENTRY, Context::KERNEL64);
+            } else {
+                return self.finish(tracer);
+            }
+        } else if self.pos == Position::Inside {
+            tracer.interrupt(pc, KERNEL_ENTRY, Context::KERNEL64);
+        }
+        self.pos = Position::Kernel;
+        tracer.finish();
+    }
+
     /// The thread ends (exit, exit_group, or the process is torn down). A pending SYSCALL enters
     /// the kernel for good; a block that ended without a COFI is interrupted at its fall-through.
     /// A branch whose outcome was never observed produces nothing.
@@ -474,6 +506,48 @@ mod tests {
             t.take_packet_log(),
             [Packet::Fup(fup), Packet::TipPgd(IpPayload::SUPPRESSED), Packet::TipPge(pge)]
         );
+    }
+
+    #[test]
+    fn thread_stopped_after_a_direct_call_ends_with_fup_at_the_target() {
+        // Issue 20: a fatal signal stops the thread as it is about to run the called function.
+        // Without FUP+TIP.PGD a decoder would follow the CALL and report the callee's first
+        // instructions as executed.
+        let mut t = user_tracer();
+        let mut f = UserFlow::default();
+        f.start(&mut t);
+        f.block(&mut t, 0x401000, end(0x401008, 5, BranchKind::DirectCall { target: 0x402000 }, false), &mut no_signal);
+        t.take_packet_log();
+        f.stopped_at(&mut t, 0x402000);
+        let fup = IpPayload { compression: IpCompression::Update16, payload: 0x2000 };
+        assert_eq!(t.take_packet_log(), [Packet::Fup(fup), Packet::TipPgd(IpPayload::SUPPRESSED)]);
+    }
+
+    #[test]
+    fn thread_stopped_after_a_taken_conditional_branch_reports_the_outcome_first() {
+        let mut t = user_tracer();
+        let mut f = UserFlow::default();
+        f.start(&mut t);
+        let jcc = end(0x401008, 2, BranchKind::Conditional { target: 0x401000 }, false);
+        f.block(&mut t, 0x401000, jcc, &mut no_signal);
+        t.take_packet_log();
+        f.stopped_at(&mut t, 0x401000);
+        let fup = IpPayload { compression: IpCompression::Update16, payload: 0x1000 };
+        assert_eq!(
+            t.take_packet_log(),
+            [Packet::Tnt { bits: 1, count: 1 }, Packet::Fup(fup), Packet::TipPgd(IpPayload::SUPPRESSED)]
+        );
+    }
+
+    #[test]
+    fn thread_stopped_after_a_system_call_ends_in_the_kernel() {
+        let mut t = user_tracer();
+        let mut f = UserFlow::default();
+        f.start(&mut t);
+        f.block(&mut t, 0x401000, end(0x401005, 2, BranchKind::Far(FarKind::Syscall), false), &mut no_signal);
+        t.take_packet_log();
+        f.stopped_at(&mut t, 0x401007);
+        assert_eq!(t.take_packet_log(), [Packet::TipPgd(IpPayload::SUPPRESSED)]);
     }
 
     #[test]

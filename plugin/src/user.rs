@@ -30,6 +30,9 @@ struct Slot {
     /// cleared at system calls and when it parks). A fatal signal's finisher waits for it, so the
     /// trace and the truth log end at the same block (issue 20).
     in_block: std::sync::atomic::AtomicBool,
+    /// The block the vCPU was about to run when it parked for a fatal signal (0: none): its
+    /// trace ends with an interrupt there (`UserFlow::stopped_at`).
+    stopped_at: std::sync::atomic::AtomicU64,
 }
 
 /// The executed blocks of one vCPU not yet run through the model (issue 13). The vCPU's own
@@ -224,6 +227,7 @@ impl Shared {
         }
         if fatal_signal::pending() {
             // A default-fatal signal is being handled (issue 20): no more guest code here.
+            slot.stopped_at.store(info.pc, Ordering::Relaxed);
             slot.in_block.store(false, Ordering::Release);
             fatal_signal::park();
         }
@@ -601,13 +605,14 @@ impl Shared {
         }
         ring.batch.store(if self.drainer.is_some() { 1 } else { BATCH }, Ordering::Relaxed);
         self.n_slots.fetch_max(vcpu as usize + 1, Ordering::Relaxed);
+        slot.stopped_at.store(0, Ordering::Relaxed);
         let old = {
             let mut state = slot.state.lock();
             self.drain(ring, state.as_mut(), true);
             state.replace(v)
         };
         if let Some(old) = old {
-            self.finish(old);
+            self.finish(old, None);
         }
     }
 
@@ -658,7 +663,7 @@ impl Shared {
             return;
         };
         if let Some(v) = self.take_drained(slot, true) {
-            self.finish(v);
+            self.finish(v, None);
         }
     }
 
@@ -671,11 +676,15 @@ impl Shared {
     }
 
     /// The end of a thread's trace: pending packets, the stream's last bytes, the counters.
-    fn finish(&self, mut v: VcpuTrace) {
+    /// `stopped_at`: the thread parked for a fatal signal before the block at this address.
+    fn finish(&self, mut v: VcpuTrace, stopped_at: Option<u64>) {
         let key = v.tracer.key(v.thread);
         let (bytes, packets, psbs) = {
             let t = v.tracer.as_user_tracer();
-            v.flow.finish(t);
+            match stopped_at {
+                Some(pc) => v.flow.stopped_at(t, pc),
+                None => v.flow.finish(t),
+            }
             self.out.send(key, t.take_output());
             t.totals()
         };
@@ -754,7 +763,8 @@ impl Shared {
         // QEMU unregistered every callback before this one: no vCPU appends to its ring any more.
         for slot in self.vcpus.iter() {
             if let Some(v) = self.take_drained(slot, false) {
-                self.finish(v);
+                let stopped = slot.stopped_at.load(Ordering::Acquire);
+                self.finish(v, (stopped != 0).then_some(stopped));
             }
         }
         let sync = self.out.sync();
@@ -1122,6 +1132,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         vcpus: (0..MAX_VCPUS)
             .map(|_| Slot {
                 in_block: std::sync::atomic::AtomicBool::new(false),
+                stopped_at: std::sync::atomic::AtomicU64::new(0),
                 state: Mutex::new(None),
                 ring: Ring {
                     entries: AtomicPtr::new(std::ptr::null_mut()),
