@@ -35,25 +35,40 @@ struct Slot {
     stopped_at: std::sync::atomic::AtomicU64,
 }
 
-/// The executed blocks of one vCPU not yet run through the model (issue 13). The vCPU's own
-/// thread appends to it in the execute callback without a lock (`Shared::on_block`); whoever
-/// holds the slot's `state` lock runs the pending blocks through the model (`Shared::drain`):
-/// the vCPU itself when the ring is full or the trace becomes observable (system calls, signal
-/// handlers, thread exit), other threads at execve and at process exit. Producer-written and
-/// lock-protected fields share one cache line, which only the owning thread writes per block.
+/// The executed blocks of one vCPU not yet run through the model (issue 13): a circular
+/// single-producer ring. The vCPU's own thread appends to it in the execute callback without a
+/// lock (`Shared::on_block`); whoever holds the slot's `state` lock runs the pending blocks
+/// through the model (`Shared::drain`): the encoder thread while the vCPU keeps executing, the
+/// vCPU itself when the ring is full or the trace becomes observable (system calls, signal
+/// handlers, thread exit), other threads at execve and at process exit. Positions only grow
+/// (an entry's index is its position modulo RING). The producer's fields share a cache line
+/// that only the owning thread writes; the consumers' position lives on its own line, which the
+/// producer reads only when its cached copy says the ring is full.
 #[repr(align(128))]
 struct Ring {
-    /// BATCH entries (null: the vCPU is not traced), allocated at the vCPU's first start.
+    /// RING entries (null: the vCPU is not traced), allocated at the vCPU's first start.
     entries: AtomicPtr<AtomicPtr<BlockInfo>>,
     /// Entries written; only the owning thread stores it (Release: the entries before it are
     /// visible to a drain on another thread).
-    len: AtomicUsize,
-    /// Entries already run through the model (under the `state` lock; written by the encoder
-    /// thread, so on its own cache line).
-    consumed: Padded,
-    /// The owner drains when `len` reaches this (BATCH, or 1 when the internal buffer's drain
-    /// follows the wall clock, whose credit must meet the blocks as they execute).
-    batch: AtomicUsize,
+    head: AtomicUsize,
+    /// The owner's last reading of `tail` (only the owning thread uses it).
+    tail_seen: AtomicUsize,
+    /// The owner drains after every block when this is set: the internal buffer's drain
+    /// follows the wall clock, whose credit must meet the blocks as they execute.
+    every_block: std::sync::atomic::AtomicBool,
+    /// Entries already run through the model (stored under the `state` lock, Release: after
+    /// the entries before it were read).
+    tail: Padded,
+}
+
+impl Ring {
+    /// Forget every pending block (a forked child: they are the parent's; only one thread
+    /// exists there).
+    fn discard(&self) {
+        for p in [&self.head, &self.tail_seen, &*self.tail] {
+            p.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A value alone on its cache lines (adjacent-line prefetch pairs 64-byte lines).
@@ -69,11 +84,15 @@ impl std::ops::Deref for Padded {
 
 /// vCPU indices the per-vCPU table can hold (qemu-x86_64 gives each guest thread a vCPU).
 const MAX_VCPUS: usize = 4096;
-/// Executed blocks a vCPU's ring holds: when it is full the vCPU runs the rest through the
-/// model itself (64 KiB per vCPU).
-const BATCH: usize = 8192;
-/// Blocks the encoder thread takes from a ring at a time (fewer: it leaves them for later).
+/// Executed blocks a vCPU's ring holds (a power of two): when it is full the vCPU runs the
+/// pending blocks through the model itself (64 KiB per vCPU).
+const RING: usize = 8192;
+/// Pending blocks that make the encoder thread take a ring's lock (fewer: it leaves them for
+/// later, so it does not fight the vCPU for the lock over a handful of blocks).
 const CHUNK: usize = 512;
+/// How long a vCPU whose ring is full waits for the encoder thread before it runs the model
+/// itself (the encoder may not be scheduled: the host has fewer CPUs than busy threads).
+const WAIT_FOR_ENCODER: std::time::Duration = std::time::Duration::from_micros(200);
 /// Trace bytes a vCPU accumulates before handing them to the writer.
 const HANDOFF_BYTES: usize = 256 * 1024;
 
@@ -237,22 +256,58 @@ impl Shared {
         }
         let ring = &slot.ring;
         let entries = ring.entries.load(Ordering::Relaxed);
-        let len = ring.len.load(Ordering::Relaxed);
-        if entries.is_null() || len >= BATCH {
-            return; // not traced (a full ring is drained before the callback returns)
+        if entries.is_null() {
+            return; // not traced
         }
-        // SAFETY: `entries` points to BATCH entries that are never freed, and len < BATCH.
-        unsafe { &*entries.add(len) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
-        ring.len.store(len + 1, Ordering::Release);
-        if len + 1 >= ring.batch.load(Ordering::Relaxed) {
-            if forked_child() {
-                // A forked child is not traced, and a lock another thread held at the fork
-                // stays locked in the child: never wait for one there.
-                ring.len.store(0, Ordering::Relaxed);
-                return;
-            }
+        let head = ring.head.load(Ordering::Relaxed);
+        if head.wrapping_sub(ring.tail_seen.load(Ordering::Relaxed)) >= RING && !self.make_room(slot, head) {
+            return;
+        }
+        // SAFETY: `entries` points to RING entries that are never freed; the entry at `head`
+        // was consumed (`make_room`), so no consumer reads it until `head` is published.
+        unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
+        ring.head.store(head.wrapping_add(1), Ordering::Release);
+        if ring.every_block.load(Ordering::Relaxed) {
             self.drain_own(slot);
         }
+    }
+
+    /// The ring looked full from the owner's last reading of the consumers' position: read it
+    /// again. If it is full while the encoder thread is consuming it (it holds the lock), wait
+    /// for it (the model's state stays on the encoder's CPU; the vCPU waits at most
+    /// WAIT_FOR_ENCODER), or else run the pending blocks through the model on this thread. False: nothing may be appended (a forked child
+    /// that is not traced: a lock another thread held at the fork stays locked in the child, so
+    /// it never waits for one and drops the blocks).
+    #[cold]
+    #[inline(never)]
+    fn make_room(&self, slot: &Slot, head: usize) -> bool {
+        let ring = &slot.ring;
+        let full = |tail: usize| head.wrapping_sub(tail) >= RING;
+        let mut tail = ring.tail.load(Ordering::Acquire);
+        if full(tail) && forked_child() {
+            ring.tail.store(head, Ordering::Relaxed);
+            ring.tail_seen.store(head, Ordering::Relaxed);
+            return false;
+        }
+        if full(tail) && self.encoder.load(Ordering::Relaxed) && slot.state.is_locked() {
+            let start = std::time::Instant::now();
+            'wait: while start.elapsed() < WAIT_FOR_ENCODER {
+                for _ in 0..16 {
+                    std::hint::spin_loop();
+                    tail = ring.tail.load(Ordering::Acquire);
+                    if !full(tail) {
+                        break 'wait;
+                    }
+                }
+                std::thread::yield_now();
+            }
+        }
+        if full(tail) {
+            self.drain_own(slot);
+            tail = head;
+        }
+        ring.tail_seen.store(tail, Ordering::Relaxed);
+        true
     }
 
     /// The encoder thread (issue 13): runs the vCPUs' recorded blocks through the model while
@@ -267,9 +322,9 @@ impl Shared {
             let mut worked = false;
             for slot in &self.vcpus[..n] {
                 let ring = &slot.ring;
-                if ring.len.load(Ordering::Relaxed) >= ring.consumed.load(Ordering::Relaxed) + CHUNK {
+                if ring.head.load(Ordering::Relaxed).wrapping_sub(ring.tail.load(Ordering::Relaxed)) >= CHUNK {
                     if let Some(mut state) = slot.state.try_lock() {
-                        self.drain(ring, state.as_mut(), false);
+                        self.drain(ring, state.as_mut());
                         worked = true;
                     }
                 }
@@ -282,7 +337,7 @@ impl Shared {
     #[inline(never)]
     fn drain_own(&self, slot: &Slot) {
         let mut state = slot.state.lock();
-        self.drain(&slot.ring, state.as_mut(), true);
+        self.drain(&slot.ring, state.as_mut());
     }
 
     /// A block at a registered signal handler: everything pending first, then this block with
@@ -294,7 +349,7 @@ impl Shared {
             return;
         }
         let mut state = slot.state.lock();
-        self.drain(&slot.ring, state.as_mut(), true);
+        self.drain(&slot.ring, state.as_mut());
         let Some(v) = state.as_mut() else { return };
         let rsp = v.rsp.take();
         let mut probe = |pc: u64| self.signal_resume_ip(pc, rsp.as_ref());
@@ -308,26 +363,29 @@ impl Shared {
     }
 
     /// Run the pending blocks of `ring` through the model of `v`, oldest first (one panic guard
-    /// per batch). The caller holds the slot's `state` lock. `own`: called on the ring's own
-    /// thread, which empties it; another thread only marks the entries it ran as consumed (the
-    /// owner may be appending meanwhile).
-    fn drain(&self, ring: &Ring, v: Option<&mut VcpuTrace>, own: bool) {
-        let len = ring.len.load(Ordering::Acquire).min(BATCH);
-        let from = ring.consumed.load(Ordering::Relaxed).min(len);
-        if own {
-            ring.consumed.store(0, Ordering::Relaxed);
-            ring.len.store(0, Ordering::Relaxed);
-        } else {
-            ring.consumed.store(len, Ordering::Relaxed);
-        }
+    /// per call), and mark them consumed. The caller holds the slot's `state` lock; the owner
+    /// may be appending meanwhile.
+    fn drain(&self, ring: &Ring, v: Option<&mut VcpuTrace>) {
+        let head = ring.head.load(Ordering::Acquire);
+        let tail = ring.tail.load(Ordering::Relaxed);
         let entries = ring.entries.load(Ordering::Relaxed);
-        let (Some(v), false) = (v, entries.is_null() || from == len || forked_child()) else { return };
-        // SAFETY: BATCH entries that are never freed; [from, len) were written by the owner
-        // before it published `len` (Acquire above).
-        let pending = unsafe { std::slice::from_raw_parts(entries.add(from), len - from) };
+        if head == tail || entries.is_null() {
+            return;
+        }
+        let (Some(v), false) = (v, forked_child()) else {
+            ring.tail.store(head, Ordering::Release);
+            return;
+        };
+        // SAFETY: RING entries that are never freed; positions [tail, head) were written by the
+        // owner before it published `head` (Acquire above), and it does not overwrite them
+        // before `tail` passes them (Release below, after they were read).
+        let all = unsafe { std::slice::from_raw_parts(entries as *const AtomicPtr<BlockInfo>, RING) };
+        let (from, n) = (tail % RING, head.wrapping_sub(tail).min(RING));
+        let (first, wrapped) = if from + n <= RING { (&all[from..from + n], &all[..0]) } else { (&all[from..], &all[..from + n - RING]) };
+        let last = wrapped.last().or(first.last());
         guarded("trace encoder", || {
             // SAFETY: every entry is a leaked `&'static BlockInfo` (`translate`).
-            let blocks = pending.iter().filter_map(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
+            let blocks = first.iter().chain(wrapped).filter_map(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
             let mut no_signal = |_: u64| None;
             let mut icount = v.icount;
             // Loaded once per batch: a block recorded in the ring ran after its translation.
@@ -381,10 +439,11 @@ impl Shared {
                 }
             }
             // SAFETY: as above; the last entry is the block that ran last.
-            v.code.prev = pending.last().and_then(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
+            v.code.prev = last.and_then(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
             v.icount = icount;
             self.hand_off(v);
         });
+        ring.tail.store(head, Ordering::Release);
     }
 
     /// A block of `thread` is about to run through the model (`icount`: the thread's clock
@@ -600,15 +659,15 @@ impl Shared {
         if ring.entries.load(Ordering::Relaxed).is_null() {
             // Kept for the process: a later thread may get this vCPU index again.
             let entries: &'static [AtomicPtr<BlockInfo>] =
-                Box::leak((0..BATCH).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect());
+                Box::leak((0..RING).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect());
             ring.entries.store(entries.as_ptr() as *mut AtomicPtr<BlockInfo>, Ordering::Relaxed);
         }
-        ring.batch.store(if self.drainer.is_some() { 1 } else { BATCH }, Ordering::Relaxed);
+        ring.every_block.store(self.drainer.is_some(), Ordering::Relaxed);
         self.n_slots.fetch_max(vcpu as usize + 1, Ordering::Relaxed);
         slot.stopped_at.store(0, Ordering::Relaxed);
         let old = {
             let mut state = slot.state.lock();
-            self.drain(ring, state.as_mut(), true);
+            self.drain(ring, state.as_mut());
             state.replace(v)
         };
         if let Some(old) = old {
@@ -662,16 +721,15 @@ impl Shared {
         let Some(slot) = self.vcpus.get(vcpu as usize) else {
             return;
         };
-        if let Some(v) = self.take_drained(slot, true) {
+        if let Some(v) = self.take_drained(slot) {
             self.finish(v, None);
         }
     }
 
-    /// The slot's trace, with every block recorded so far run through the model (`own`: on
-    /// the vCPU's own thread, see `drain`).
-    fn take_drained(&self, slot: &Slot, own: bool) -> Option<VcpuTrace> {
+    /// The slot's trace, with every block recorded so far run through the model.
+    fn take_drained(&self, slot: &Slot) -> Option<VcpuTrace> {
         let mut state = slot.state.lock();
-        self.drain(&slot.ring, state.as_mut(), own);
+        self.drain(&slot.ring, state.as_mut());
         state.take()
     }
 
@@ -762,7 +820,7 @@ impl Shared {
         }
         // QEMU unregistered every callback before this one: no vCPU appends to its ring any more.
         for slot in self.vcpus.iter() {
-            if let Some(v) = self.take_drained(slot, false) {
+            if let Some(v) = self.take_drained(slot) {
                 let stopped = slot.stopped_at.load(Ordering::Acquire);
                 self.finish(v, (stopped != 0).then_some(stopped));
             }
@@ -877,7 +935,7 @@ impl Shared {
         for (i, slot) in self.vcpus.iter().enumerate() {
             let mut guard = slot.state.lock();
             // Other threads' blocks recorded so far go out too (they may keep running).
-            self.drain(&slot.ring, guard.as_mut(), i == vcpu as usize);
+            self.drain(&slot.ring, guard.as_mut());
             let Some(v) = guard.as_mut() else { continue };
             let key = v.tracer.key(v.thread);
             let t = v.tracer.as_user_tracer();
@@ -1136,9 +1194,10 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
                 state: Mutex::new(None),
                 ring: Ring {
                     entries: AtomicPtr::new(std::ptr::null_mut()),
-                    len: AtomicUsize::new(0),
-                    consumed: Padded(AtomicUsize::new(0)),
-                    batch: AtomicUsize::new(BATCH),
+                    head: AtomicUsize::new(0),
+                    tail_seen: AtomicUsize::new(0),
+                    every_block: std::sync::atomic::AtomicBool::new(false),
+                    tail: Padded(AtomicUsize::new(0)),
                 },
             })
             .collect(),

@@ -131,8 +131,7 @@ impl Shared {
         let mut forking = None;
         for (i, slot) in self.vcpus[..n].iter().enumerate() {
             let mut state = slot.state.lock();
-            slot.ring.len.store(0, Ordering::Relaxed);
-            slot.ring.consumed.store(0, Ordering::Relaxed);
+            slot.ring.discard();
             slot.in_block.store(false, Ordering::Relaxed);
             let old = state.take();
             if i == vcpu as usize {
