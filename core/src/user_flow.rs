@@ -284,6 +284,14 @@ impl Default for UserFlow {
     }
 }
 
+/// One executed block, as [`UserFlow::run`] takes them: where it started, its last
+/// instruction, and how many instructions it retired.
+pub trait ExecutedBlock {
+    fn pc(&self) -> u64;
+    fn end(&self) -> &'static BlockEnd;
+    fn n_insns(&self) -> u64;
+}
+
 /// Answers "did the kernel just deliver a signal whose handler starts at `pc`?" by looking at the
 /// guest's stack; returns the interrupted IP saved in the signal frame.
 pub trait SignalProbe {
@@ -333,6 +341,74 @@ impl UserFlow {
             Position::Inside => {}
         }
         self.pos = Position::After(end);
+    }
+
+    /// Run executed blocks through the Intel PT model, oldest first, exactly as `block` one at
+    /// a time with the clock set before each (`clock` advanced by the block's instruction count,
+    /// then `tracer.set_tsc(clock)`), and no signal probe. Runs of blocks whose predecessor has
+    /// fixed successors go through the tracer's steady state with its bookkeeping in registers
+    /// (issue 13: most blocks of a user-mode trace); the rest take the general path.
+    pub fn run<B: ExecutedBlock>(&mut self, tracer: &mut Tracer, blocks: impl IntoIterator<Item = B>, clock: &mut u64) {
+        let mut blocks = blocks.into_iter();
+        let mut no_signal = |_: u64| None;
+        loop {
+            let steady = match self.pos {
+                Position::After(prev) => Self::steady_run(tracer, prev, &mut blocks, clock),
+                _ => None,
+            };
+            let b = match steady {
+                Some((n, prev, stop)) => {
+                    self.stats.blocks += n;
+                    self.pos = Position::After(prev);
+                    tracer.set_tsc(*clock);
+                    match stop {
+                        None => return,
+                        Some((b, true)) => {
+                            tracer.psb_if_due(b.pc());
+                            continue;
+                        }
+                        Some((b, false)) => b,
+                    }
+                }
+                None => {
+                    let Some(b) = blocks.next() else { return };
+                    *clock += b.n_insns();
+                    tracer.set_tsc(*clock);
+                    b
+                }
+            };
+            self.block(tracer, b.pc(), b.end(), &mut no_signal);
+        }
+    }
+
+    /// The steady part of `run`: blocks with fixed successors while the tracer stays in its
+    /// steady state. Returns how many ran, the last one's end, and the block that stopped the
+    /// run (true: the PSB period was reached with it, and it ran; false: it did not run, its
+    /// predecessor's fixed successors do not explain it; None: no blocks left). None: the
+    /// tracer is not in its steady state.
+    #[inline(always)]
+    fn steady_run<B: ExecutedBlock>(
+        tracer: &mut Tracer,
+        mut prev: &'static BlockEnd,
+        blocks: &mut impl Iterator<Item = B>,
+        clock: &mut u64,
+    ) -> Option<(u64, &'static BlockEnd, Option<(B, bool)>)> {
+        let mut run = tracer.steady_run()?;
+        let mut n = 0;
+        loop {
+            let Some(b) = blocks.next() else { return Some((n, prev, None)) };
+            *clock += b.n_insns();
+            let pc = b.pc();
+            if !prev.direct.explains(pc) {
+                return Some((n, prev, Some((b, false))));
+            }
+            n += 1;
+            let more = run.direct(&prev.direct, pc);
+            prev = b.end();
+            if !more {
+                return Some((n, prev, Some((b, true))));
+            }
+        }
     }
 
     fn resolve<T: UserTracer + ?Sized>(&mut self, tracer: &mut T, prev: &BlockEnd, pc: u64, probe: &mut impl SignalProbe) {

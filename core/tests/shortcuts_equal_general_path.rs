@@ -8,7 +8,7 @@
 use pttrace_core::insn_class::{BranchKind, ClassifiedInsn, FarKind};
 use pttrace_core::pt::rtit_ctl::{AddrCfg, AddrRange, RtitCtl};
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
-use pttrace_core::user_flow::{BlockEnd, UserFlow};
+use pttrace_core::user_flow::{BlockEnd, ExecutedBlock, UserFlow};
 
 struct Rng(u64);
 
@@ -127,5 +127,89 @@ fn shortcut_streams_equal_the_general_evaluation() {
         assert!(!b.is_empty());
         assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
         assert_eq!(ff.stats(), fs.stats(), "seed {seed}");
+    }
+}
+
+/// One recorded block for `UserFlow::run`.
+struct Recorded {
+    pc: u64,
+    end: &'static BlockEnd,
+    n_insns: u64,
+}
+
+impl ExecutedBlock for &Recorded {
+    fn pc(&self) -> u64 {
+        self.pc
+    }
+    fn end(&self) -> &'static BlockEnd {
+        self.end
+    }
+    fn n_insns(&self) -> u64 {
+        self.n_insns
+    }
+}
+
+#[test]
+fn batch_run_equals_blocks_one_at_a_time() {
+    // `UserFlow::run` (the plugin's batch path: runs of fixed successors with the tracer's
+    // bookkeeping in registers) against `UserFlow::block` with the clock set before each block,
+    // in random batch sizes, across PSB periods, DisRETC, and configurations without the steady
+    // state: the same bytes, flow counters, resume point and clock.
+    for seed in 0..300u64 {
+        let mut rng = Rng(1000 + seed);
+        let cfg = config(&mut rng);
+        let mut batch = Tracer::new(cfg, Context::KERNEL64);
+        let mut single = Tracer::new(cfg, Context::KERNEL64);
+        let (mut fb, mut fs) = (UserFlow::default(), UserFlow::default());
+        fb.start(&mut batch);
+        fs.start(&mut single);
+        let mut pc = 0x401000;
+        let mut calls: Vec<u64> = Vec::new();
+        let mut blocks = Vec::new();
+        for _ in 0..4000 {
+            let end = block_end(&mut rng, pc);
+            blocks.push(Recorded { pc, end, n_insns: 1 + rng.below(20) });
+            let last = end.last;
+            pc = match last.kind {
+                BranchKind::None => last.nlip(),
+                // Mostly taken: long runs of fixed successors.
+                BranchKind::Conditional { target } => if rng.below(4) != 0 { target } else { last.nlip() },
+                BranchKind::DirectJump { target } => target,
+                BranchKind::DirectCall { target } => {
+                    calls.push(last.nlip());
+                    target
+                }
+                BranchKind::Return => match calls.pop() {
+                    Some(r) if rng.below(8) != 0 => r,
+                    _ => 0x401000 + rng.below(0x100) * 0x10,
+                },
+                _ => 0x401000 + rng.below(0x100) * 0x10,
+            };
+            if rng.below(300) == 0 {
+                pc = 0x405000; // unexplained
+            }
+        }
+        let (mut clock_b, mut clock_s) = (0u64, 0u64);
+        let mut no_signal = |_: u64| None;
+        let mut at = 0;
+        while at < blocks.len() {
+            let n = (1 + rng.below(700) as usize).min(blocks.len() - at);
+            fb.run(&mut batch, &blocks[at..at + n], &mut clock_b);
+            for b in &blocks[at..at + n] {
+                clock_s += b.n_insns;
+                single.set_tsc(clock_s);
+                fs.block(&mut single, b.pc, b.end, &mut no_signal);
+            }
+            at += n;
+            assert_eq!(batch.resume_point(), single.resume_point(), "seed {seed}");
+        }
+        assert_eq!(clock_b, clock_s);
+        fb.finish(&mut batch);
+        fs.finish(&mut single);
+        let (a, b) = (batch.take_output(), single.take_output());
+        assert!(!b.is_empty());
+        assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
+        assert_eq!(fb.stats(), fs.stats(), "seed {seed}");
+        assert_eq!(batch.stats(), single.stats(), "seed {seed}");
     }
 }

@@ -109,6 +109,21 @@ struct BlockInfo {
     len: u32,
 }
 
+impl pttrace_core::user_flow::ExecutedBlock for &'static BlockInfo {
+    #[inline(always)]
+    fn pc(&self) -> u64 {
+        self.pc
+    }
+    #[inline(always)]
+    fn end(&self) -> &'static BlockEnd {
+        &self.end
+    }
+    #[inline(always)]
+    fn n_insns(&self) -> u64 {
+        self.n_insns
+    }
+}
+
 /// A thread's position in the terms of code.img's versions (issue 19, `Shared::code_point`).
 /// Its instruction count is the retired-instruction clock (`VcpuTrace::icount`, whole blocks)
 /// less the REP re-entries the flow saw and the instructions of blocks that stopped early
@@ -408,14 +423,8 @@ impl Shared {
                         self.pt_credit(t, &mut v.credit, info);
                     }
                 }
-                ThreadTracer::Pt(t) => {
-                    for info in blocks {
-                        icount += info.n_insns;
-                        t.set_tsc(icount);
-                        v.flow.block(t, info.pc, &info.end, &mut no_signal);
-                        self.pt_credit(t, &mut v.credit, info);
-                    }
-                }
+                // Without an internal buffer `pt_credit` has nothing to do.
+                ThreadTracer::Pt(t) => v.flow.run(t, blocks, &mut icount),
                 ThreadTracer::Rtit(r) if versions => {
                     for info in blocks {
                         self.code_point(thread, &mut v.code, &mut v.flow, info, icount, versions);

@@ -933,6 +933,26 @@ impl Tracer {
         true
     }
 
+    /// A run of blocks in the steady state of `direct_steady` (issue 13): PacketEn = 1, no
+    /// timing packets, no internal buffer, no packet log and no PSB+ due. The run keeps the
+    /// per-block bookkeeping in registers and writes it back when it ends (`Drop`); None when
+    /// the tracer is not in that state (the caller takes the general path).
+    #[inline]
+    pub fn steady_run(&mut self) -> Option<SteadyRun<'_>> {
+        if !(self.packet_en && self.steady() && self.log.is_none() && self.trigger_en()) {
+            return None;
+        }
+        let period = self.cfg.ctl.psb_period_bytes();
+        let psb_room = period.checked_sub(self.psb_bytes).filter(|&r| r > 0)?;
+        Some(SteadyRun { resume_ip: self.resume_ip, resumes: 0, tnt_bits: 0, tnt_packets: 0, psb_room, t: self })
+    }
+
+    /// After a steady run ended because the PSB period was reached: PSB+ at `ip` (as
+    /// `direct_steady` does at the end of the block).
+    pub fn psb_if_due(&mut self, ip: u64) {
+        self.maybe_psb(ip);
+    }
+
     fn cofi_packets(&mut self, nlip: u64, kind: BranchKind, next: u64) {
         match kind {
             BranchKind::None | BranchKind::AlwaysFaults | BranchKind::DirectJump { .. } => {}
@@ -1239,3 +1259,52 @@ impl Tracer {
         self.drain_all_and_resolve();
     }
 }
+
+/// The steady state of a [`Tracer`] over a run of blocks with fixed successors (see
+/// [`Tracer::steady_run`]): each block is what `direct_steady` does, with the counters kept
+/// here until the run ends.
+pub struct SteadyRun<'a> {
+    t: &'a mut Tracer,
+    resume_ip: u64,
+    resumes: u64,
+    tnt_bits: u64,
+    tnt_packets: u64,
+    /// Bytes until the PSB period is reached (> 0 while the run lasts).
+    psb_room: u64,
+}
+
+impl SteadyRun<'_> {
+    /// The block end `end` retired with `next` as its fixed successor (the caller checked
+    /// `end.explains(next)`). False: the PSB period was reached with this block; end the run
+    /// and call [`Tracer::psb_if_due`] with `next`.
+    #[inline(always)]
+    pub fn direct(&mut self, end: &crate::user_flow::DirectFlow, next: u64) -> bool {
+        self.resume_ip = next;
+        self.resumes += 1;
+        self.tnt_bits += u64::from(end.conditional);
+        let mut more = true;
+        if let Some((bits, count)) = self.t.tnt.push_if(end.conditional, next != end.fall) {
+            super::encode::push_tnt_short(u64::from(bits), count, &mut self.t.out);
+            self.tnt_packets += 1;
+            self.psb_room -= 1;
+            more = self.psb_room != 0;
+        }
+        if end.push != 0 {
+            self.t.ret.push(end.push);
+        }
+        more
+    }
+}
+
+impl Drop for SteadyRun<'_> {
+    fn drop(&mut self) {
+        let t = &mut *self.t;
+        t.resume_ip = self.resume_ip;
+        t.resume_seq = t.resume_seq.wrapping_add(self.resumes);
+        t.stats.tnt_bits += self.tnt_bits;
+        t.stats.packets += self.tnt_packets;
+        t.stats.bytes += self.tnt_packets;
+        t.psb_bytes += self.tnt_packets;
+    }
+}
+
