@@ -1,6 +1,6 @@
 # Checks LBR branch stacks of a workload against its instruction table (busybox awk, in the guest).
 #
-#   perf script -F brstack | awk -f brstack.awk TABLE -
+#   perf script -F brstack | awk [-v depth=32] -f brstack.awk TABLE -
 #
 # TABLE comes from insn-table.py (objdump -d of the same binary on the host): ADDR KIND TARGET.
 # Every input line is one sample's stack, youngest entry first, each entry FROM/TO/M|P|-/...
@@ -13,6 +13,9 @@
 #   - between an entry's TO and the FROM of the next younger entry the code runs straight: no
 #     JMP, CALL, RET or indirect transfer in between (only not-taken Jcc and SYSCALL, whose
 #     kernel side the user-only stack leaves out).
+# With `depth`, every sample's stack must hold exactly that many entries (a full LBR stack of
+# user branches: the LBRs froze at the PMI request, so the PMI's own entry into the kernel is
+# not among them).
 # Prints the counts and exits 1 on any violation (or an empty input).
 function hex(s) {
     s = tolower(s)
@@ -37,6 +40,8 @@ FNR == NR {
 {
     samples++
     have_younger = 0
+    if (depth != "" && NF != depth + 0)
+        bad("stack depth " NF " (expected " depth ")", $1)
     for (i = 1; i <= NF; i++) {
         if (split($i, f, "/") < 3)
             continue

@@ -122,12 +122,13 @@ echo 100000 > /proc/sys/kernel/perf_event_max_sample_rate; echo 0 > /proc/sys/ke
 perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); perf record -q -e instructions:u -c 10000 -o ins.data calls 100000 >/dev/null; ns=$(perf script -i ins.data -F comm,ip,sym 2>/dev/null | wc -l); nw=$(perf script -i ins.data -F comm,ip,sym,dso 2>/dev/null | grep -c '^ *calls .*(/usr/local/bin/calls)$'); echo "instructions:u $ni, samples $ns (expected $((ni / 10000))), in the workload $nw"; test "$ns" = "$((ni / 10000))" && test "$nw" = "$ns"
 # LBR branch stacks (issue 14): perf record -b programs DEBUGCTL.LBR, LBR_SELECT (user branches
 # only) and FREEZE_LBRS_ON_PMI and reads the 32 LBRs (FROM/TO/INFO, TOS) on each overflow PMI.
-# Exactly floor(instructions:u / 10007) samples, and every entry of every stack is a real taken
-# branch of the workload binary (brstack.awk: FROM a branch instruction, TO its encoded target
-# for direct branches and a return address for RETs, MISPRED as the documented static predictor
-# says, straight-line code from each entry's TO to the next younger entry's FROM).
+# Exactly floor(instructions:u / 10007) samples, each with 32 entries (the LBRs freeze at the PMI
+# request: the PMI's entry into the kernel is not recorded), and every entry of every stack is a
+# real taken branch of the workload binary (brstack.awk: FROM a branch instruction, TO its encoded
+# target for direct branches and a return address for RETs, MISPRED as the documented static
+# predictor says, straight-line code from each entry's TO to the next younger entry's FROM).
 perf record -q -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b: $ns samples (expected $((ni / 10007)))"; test "$ns" = "$((ni / 10007))"
-perf script -i lbr.data -F brstack 2>/dev/null | awk -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
+perf script -i lbr.data -F brstack 2>/dev/null | awk -v depth=32 -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 perf script -i lbr.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200
 GUEST
 # Precise sampling with PEBS (issue 14; `pebs=1`): Linux sees PEBS format 3 and Skylake's
@@ -155,7 +156,7 @@ perf record -q -e instructions:u -c 10007 -o np.data calls 100000 >/dev/null; ! 
 perf record -q -e cycles:upp -c 100003 -o cpp.data calls 100000 >/dev/null; perf script -i cpp.data -F ip,sym 2>/dev/null | awk -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
 perf record -q -e cycles:uppp -c 100003 -o cppp.data calls 100000 >/dev/null; perf script -i cppp.data -F ip,sym 2>/dev/null | awk -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
 # PEBS and LBR together: the branch stacks read at the PEBS threshold PMIs are real branches too.
-perf record -q -b -e instructions:upp -c 10007 -o bpp.data calls 100000 >/dev/null; perf script -i bpp.data -F brstack 2>/dev/null | awk -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
+perf record -q -b -e instructions:upp -c 10007 -o bpp.data calls 100000 >/dev/null; perf script -i bpp.data -F brstack 2>/dev/null | awk -v depth=32 -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 GUEST
 LINUX_GUEST_TIMEOUT=${LINUX_GUEST_TIMEOUT:-600} bash "$top/scripts/linux-guest/run.sh" "$script" -plugin "$plugin" "$@"
 rc=$?
