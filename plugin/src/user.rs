@@ -107,6 +107,9 @@ struct BlockInfo {
     /// The code.img version of the block's bytes, and their length.
     version: u32,
     len: u32,
+    /// The block starts at a registered signal handler (set at translation, or when the
+    /// handler is registered after the block was translated: see `Shared::syscall`, rt_sigaction).
+    at_handler: std::sync::atomic::AtomicBool,
 }
 
 impl pttrace_core::user_flow::ExecutedBlock for &'static BlockInfo {
@@ -200,6 +203,9 @@ pub struct Shared {
     n_slots: AtomicUsize,
     handlers: RwLock<Vec<SignalAction>>,
     n_handlers: AtomicUsize,
+    /// Every block record made so far (a handler registered later marks its blocks); the lock
+    /// also orders a translation against a handler's registration.
+    block_infos: Mutex<Vec<&'static BlockInfo>>,
     /// Translated code already written to code.img: block PC -> its bytes.
     code: crate::output::CodeImage,
     /// Pending mmap arguments per vCPU (for maps.txt).
@@ -265,7 +271,7 @@ impl Shared {
             slot.in_block.store(false, Ordering::Release);
             fatal_signal::park();
         }
-        if self.n_handlers.load(Ordering::Relaxed) != 0 && self.is_handler(info.pc) {
+        if info.at_handler.load(Ordering::Relaxed) {
             self.handler_block(slot, info);
             return;
         }
@@ -899,7 +905,15 @@ impl Shared {
             edges,
             version,
             len,
+            at_handler: std::sync::atomic::AtomicBool::new(false),
         }));
+        {
+            let mut infos = self.block_infos.lock();
+            infos.push(info);
+            if self.n_handlers.load(Ordering::Relaxed) != 0 && self.is_handler(pc) {
+                info.at_handler.store(true, Ordering::Relaxed);
+            }
+        }
         // A plain C function with the block's record as user data: no boxed closure to call
         // through per block. R_REGS: the signal probe reads RSP.
         // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
@@ -1006,13 +1020,19 @@ impl Shared {
                 if handler <= 1 {
                     return; // SIG_DFL, SIG_IGN
                 }
+                let infos = self.block_infos.lock();
                 let mut hs = self.handlers.write();
                 if let Some(h) = hs.iter_mut().find(|h| h.handler == handler) {
                     h.restorer = restorer;
-                } else {
-                    hs.push(SignalAction { handler, restorer });
+                    return;
                 }
+                hs.push(SignalAction { handler, restorer });
                 self.n_handlers.store(hs.len(), Ordering::Release);
+                drop(hs);
+                // Blocks at the handler translated before (e.g. the function was also called).
+                for info in infos.iter().filter(|i| i.pc == handler) {
+                    info.at_handler.store(true, Ordering::Relaxed);
+                }
             }
             // mmap(addr, len, prot, flags, fd, off): executable file mappings go to maps.txt.
             9 if a[2] & 4 != 0 && (a[4] as i64) >= 0 => {
@@ -1214,6 +1234,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         n_slots: AtomicUsize::new(0),
         handlers: RwLock::new(Vec::new()),
         n_handlers: AtomicUsize::new(0),
+        block_infos: Mutex::new(Vec::new()),
         code: crate::output::CodeImage::default(),
         pending_mmap: Mutex::new(HashMap::new()),
         maps_log: Mutex::new(Vec::new()),

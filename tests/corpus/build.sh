@@ -31,6 +31,7 @@ programs=(
   "retmismatch:retmismatch.S:asm"
   "signals:signals.c:"
   "sigstorm:sigstorm.c:"
+  "handler_first:handler_first.c:"
   "syscalls:syscalls.c:"
   "threads:threads.c:-pthread"
   "long_psb:long_psb.c:"
