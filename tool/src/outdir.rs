@@ -251,6 +251,18 @@ impl OutDir {
         }
     }
 
+    /// RTIT_EVENTS of an RTIT trace selects an address range for Filter_Event_ID or
+    /// TraceStop_Event_ID (`FlowOptions::range_exits`); true when meta.txt does not say.
+    pub fn rtit_range_exits(&self) -> bool {
+        use pttrace_core::rtit::msr::{EventId, RtitEvents};
+        let range = |e: EventId| matches!(e, EventId::Range0 | EventId::Range1 | EventId::Range0Or1);
+        self.meta
+            .get("rtit_events")
+            .and_then(parse_num)
+            .map(RtitEvents)
+            .is_none_or(|e| range(e.filter_event()) || range(e.stop_event()))
+    }
+
     pub fn rtit_path(&self, n: u32) -> PathBuf {
         self.path.join(format!("thread-{n}.rtit"))
     }

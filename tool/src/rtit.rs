@@ -54,7 +54,12 @@ pub fn decode_rtit(trace: &[u8], code: &Rc<CodeImage>, thread: u32, dir: &OutDir
 
 /// `decode_rtit` with the code's modes from `o` (`--bits`, `--code16`).
 pub fn decode_rtit_with(trace: &[u8], code: &Rc<CodeImage>, thread: u32, dir: &OutDir, o: &DecodeOptions) -> RtitDecoded {
-    let mut opts = FlowOptions { cycle_acc: dir.rtit_cycle_acc(), stop_ranges: dir.rtit_stop_ranges(), ..FlowOptions::default() };
+    let mut opts = FlowOptions {
+        cycle_acc: dir.rtit_cycle_acc(),
+        stop_ranges: dir.rtit_stop_ranges(),
+        range_exits: dir.rtit_range_exits(),
+        ..FlowOptions::default()
+    };
     opts.bitness = o.bits.unwrap_or(64);
     for (slot, r) in opts.code16.iter_mut().zip(&o.code16) {
         *slot = Some(*r);

@@ -322,11 +322,27 @@ pub struct FlowOptions {
     pub code16: [Option<(u64, u64)>; 4],
     /// Ranges of 32-bit code (compatibility mode under a 64-bit `bitness`).
     pub code32: [Option<(u64, u64)>; 4],
+    /// RTIT_EVENTS selects an address range for Filter_Event_ID or TraceStop_Event_ID, so a
+    /// taken near branch can end packet generation (Table 19 rows 3, 4, 8, 9, ...: FUP.PGD with
+    /// the branch's NLIP). Without such ranges a FUP.PGD whose IP is the NLIP of a taken branch
+    /// is an asynchronous event at that IP reached later (Table 1: the resume IP), e.g. an
+    /// interrupt after `jz L; ...; jmp back` where `back` is the Jcc's NLIP: the format alone
+    /// cannot tell the two apart, the configuration can.
+    pub range_exits: bool,
 }
 
 impl Default for FlowOptions {
     fn default() -> Self {
-        FlowOptions { cycle_acc: false, bitness: 64, errata: Errata::default(), max_walk: 1 << 20, stop_ranges: [None; 2], code16: [None; 4], code32: [None; 4] }
+        FlowOptions {
+            cycle_acc: false,
+            bitness: 64,
+            errata: Errata::default(),
+            max_walk: 1 << 20,
+            stop_ranges: [None; 2],
+            code16: [None; 4],
+            code32: [None; 4],
+            range_exits: true,
+        }
     }
 }
 
@@ -666,9 +682,10 @@ impl<C: CodeImage + ?Sized> Walker<'_, C> {
             ip = Some(next);
             // As the tracer's range edges see it: every COFI but a not-taken Jcc is taken.
             taken = next != nlip || !matches!(insn.kind, BranchKind::None | BranchKind::AlwaysFaults | BranchKind::Conditional { .. });
-            // FUP.PGD with the NLIP of the instruction that just retired.
+            // FUP.PGD with the NLIP of the instruction that just retired (after a taken branch
+            // only where an address range can end packet generation: `range_exits`).
             if let Some((_, Item::Fup(FupKind::Pgd, x))) = self.peek() {
-                if x == nlip {
+                if x == nlip && (next == nlip || self.opts.range_exits) {
                     self.i += 1;
                     self.events.push(FlowEvent::Disable { lip: x });
                     ip = None;
