@@ -256,10 +256,12 @@ impl Shared {
     /// the model at once, after everything pending (`handler_block`). No lock, no allocation, no
     /// thread-local, no panic guard: nothing here can panic; the model runs guarded, once per
     /// batch.
+    /// `TRUTH`: `truth=1` (the callback is chosen at translation, so the common case does not
+    /// test the option per block).
     #[inline(always)]
-    fn on_block(&'static self, vcpu: VCPUIndex, info: &'static BlockInfo) {
+    fn on_block<const TRUTH: bool>(&'static self, vcpu: VCPUIndex, info: &'static BlockInfo) {
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
-        if self.opts.truth {
+        if TRUTH {
             // Dekker-style with the finisher (`on_fatal_signal`): announce the block first, then
             // look for a pending signal; the finisher reads the flag after the signal is set.
             slot.in_block.store(true, Ordering::Relaxed);
@@ -296,9 +298,10 @@ impl Shared {
     /// The ring looked full from the owner's last reading of the consumers' position: read it
     /// again. If it is full while the encoder thread is consuming it (it holds the lock), wait
     /// for it (the model's state stays on the encoder's CPU; the vCPU waits at most
-    /// WAIT_FOR_ENCODER), or else run the pending blocks through the model on this thread. False: nothing may be appended (a forked child
-    /// that is not traced: a lock another thread held at the fork stays locked in the child, so
-    /// it never waits for one and drops the blocks).
+    /// WAIT_FOR_ENCODER), or else run the pending blocks through the model on this thread.
+    /// False: nothing may be appended (a forked child that is not traced: a lock another
+    /// thread held at the fork stays locked in the child, so it never waits for one and drops
+    /// the blocks).
     #[cold]
     #[inline(never)]
     fn make_room(&self, slot: &Slot, head: usize) -> bool {
@@ -920,7 +923,7 @@ impl Shared {
         unsafe {
             qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cb(
                 crate::tb_ptr(tb),
-                Some(on_block_exec),
+                Some(if self.opts.truth { on_block_exec::<true> } else { on_block_exec::<false> }),
                 CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
                 info as *const BlockInfo as *mut std::ffi::c_void,
             );
@@ -1099,11 +1102,11 @@ impl ThreadTracer {
 }
 
 /// The execute callback of every translated block (user data: its `BlockInfo`).
-extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
+extern "C" fn on_block_exec<const TRUTH: bool>(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
     // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
     let info = unsafe { &*(info as *const BlockInfo) };
     if let Some(sh) = SHARED.get() {
-        sh.on_block(vcpu, info);
+        sh.on_block::<TRUTH>(vcpu, info);
     }
 }
 
