@@ -295,6 +295,29 @@ impl Shared {
         }
     }
 
+    /// The common case of `on_block` (truth=0): no fatal signal pending, not a handler's block,
+    /// room in the ring by the owner's last reading, no drain after every block: append and
+    /// return true. False, having done nothing: `on_block` must handle the block.
+    #[inline(always)]
+    fn try_append(&self, vcpu: VCPUIndex, info: &'static BlockInfo) -> bool {
+        let Some(slot) = self.vcpus.get(vcpu as usize) else { return false };
+        let ring = &slot.ring;
+        let entries = ring.entries.load(Ordering::Relaxed);
+        let head = ring.head.load(Ordering::Relaxed);
+        if fatal_signal::pending()
+            || info.at_handler.load(Ordering::Relaxed)
+            || entries.is_null()
+            || head.wrapping_sub(ring.tail_seen.load(Ordering::Relaxed)) >= RING
+            || ring.every_block.load(Ordering::Relaxed)
+        {
+            return false;
+        }
+        // SAFETY: as in `on_block`.
+        unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
+        ring.head.store(head.wrapping_add(1), Ordering::Release);
+        true
+    }
+
     /// The ring looked full from the owner's last reading of the consumers' position: read it
     /// again. If it is full while the encoder thread is consuming it (it holds the lock), wait
     /// for it (the model's state stays on the encoder's CPU; the vCPU waits at most
@@ -1105,9 +1128,18 @@ impl ThreadTracer {
 extern "C" fn on_block_exec<const TRUTH: bool>(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
     // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
     let info = unsafe { &*(info as *const BlockInfo) };
-    if let Some(sh) = SHARED.get() {
-        sh.on_block::<TRUTH>(vcpu, info);
+    let Some(sh) = SHARED.get() else { return };
+    if !TRUTH && sh.try_append(vcpu, info) {
+        return;
     }
+    on_block_slow::<TRUTH>(sh, vcpu, info);
+}
+
+/// Everything but the plain append (`Shared::try_append`): kept out of line so that the common
+/// case calls nothing and saves no registers.
+#[inline(never)]
+fn on_block_slow<const TRUTH: bool>(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo) {
+    sh.on_block::<TRUTH>(vcpu, info);
 }
 
 /// `fmt::Write` over a byte buffer (hex formatting without allocation).
