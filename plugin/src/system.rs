@@ -2158,9 +2158,13 @@ impl Shared {
                 lbr_freeze_after: false,
                 pebs_eventing: &mut v.pebs_eventing,
             };
-            // The handler's code segment (real mode: the IVT's CS) for the event's TIP.
-            let ip_base = sh.ip_base(v.regs.get("cs").unwrap_or(0), v.regs.get("cr0").unwrap_or(0));
-            sink.pt.stage_ip_base(ip_base);
+            // The handler's code segment (real mode: the IVT's CS) for the event's TIP; with
+            // TraceEn = 0 no IP payload depends on it (the handler's block sets it).
+            if sink.pt.trace_en() {
+                let cr0 = v.regs.get("cr0").unwrap_or(0);
+                let cs = if cr0 & 1 == 0 { v.regs.get("cs").unwrap_or(0) } else { 0 };
+                sink.pt.stage_ip_base(sh.ip_base(cs, cr0));
+            }
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {
                 Self::deliver_pmi();

@@ -1161,8 +1161,6 @@ impl Tracer {
         self.maybe_psb(ip);
     }
 
-    // ---- Event Trace (IA32_RTIT_CTL[31] EventEn, CPUID.(14H,0):EBX[7]) ----
-
     /// The base IP payloads are relative to from now on (the code the tracer is in): with
     /// CPUID.(EAX=14H,ECX=0):ECX[31] LIP = 0 the CS base, else 0. SDM Vol. 3C §33.3.1.1
     /// "Packet Decoding of RIP versus LIP": FUP, TIP, TIP.PGE and TIP.PGD carry an effective
@@ -1181,6 +1179,8 @@ impl Tracer {
     pub fn stage_ip_base(&mut self, base: u64) {
         self.staged_ip_base = Some(base);
     }
+
+    // ---- Event Trace (IA32_RTIT_CTL[31] EventEn, CPUID.(14H,0):EBX[7]) ----
 
     /// RFLAGS.IF without packets (at enable, before the PSB+ that reports it).
     pub fn set_if(&mut self, if_flag: bool) {
