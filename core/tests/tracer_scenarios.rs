@@ -774,3 +774,41 @@ fn event_en_interrupt_right_after_an_iret_keeps_both_cfes_and_both_if_changes() 
         ]
     );
 }
+
+/// SDM Vol. 3C §33.3.1.1 "Packet Decoding of RIP versus LIP": with CPUID.(EAX=14H,ECX=0):ECX[31]
+/// LIP = 0 (every profile here) FUP, TIP, TIP.PGE and TIP.PGD carry the offset from the CS base
+/// (CS << 4 in real mode), not the linear address. Real-mode code: enable in CS = 0, far CALL to
+/// 300H:0020H (linear 3020H), an indirect JMP there, an interrupt whose handler is F000H:E987H
+/// (its FUP binds to the interrupted code in 300H, its TIP to the handler), and the disabling
+/// WRMSR in the handler. The tracer is given linear addresses, as the plugin's blocks have them.
+#[test]
+fn real_mode_ip_payloads_are_offsets_from_the_cs_base() {
+    let mut cfg = user_cfg();
+    cfg.ctl.set_os(true);
+    let real = Context { cpl: 0, cr3: 0, mode: ExecMode::Bit16 };
+    let mut t = tracer(cfg, real);
+    t.set_ip_base(0);
+    t.enable(0x3005);
+    t.stage_ip_base(0x3000);
+    t.far_transfer(FarKind::FarCall, 0x3020, real);
+    t.set_ip_base(0x3000);
+    t.branch(0x3022, 0x3024, BranchKind::IndirectJump, 0x3030);
+    t.stage_ip_base(0xF0000);
+    t.async_event(AsyncKind::Interrupt { resume_ip: 0x3032 }, 0xF_E987, real);
+    t.set_ip_base(0xF0000);
+    t.disable(0xF_E990);
+    let ips: Vec<Packet> =
+        packets(&mut t).into_iter().filter(|p| matches!(p, Tip(_) | TipPge(_) | TipPgd(_) | Fup(_))).collect();
+    assert_eq!(
+        ips,
+        [
+            TipPge(ip(C::Update16, 0x3005)),
+            Tip(ip(C::Update16, 0x0020)),
+            Tip(ip(C::Update16, 0x0030)),
+            Fup(ip(C::Update16, 0x0032)),
+            Tip(ip(C::Update16, 0xE987)),
+            Fup(ip(C::Update16, 0xE990)),
+            TipPgd(NOIP),
+        ]
+    );
+}

@@ -1118,6 +1118,20 @@ impl Shared {
         self.run_block(v, info, pc, last_started, true);
     }
 
+    /// What Intel PT IP payloads are relative to in code running with CS = `cs` and `cr0`:
+    /// with CPUID.(EAX=14H,ECX=0):ECX[31] LIP = 0 they are effective addresses, offsets from
+    /// the CS base (SDM Vol. 3C §33.3.1.1 "Packet Decoding of RIP versus LIP"), and the model's
+    /// IPs are linear. Real mode (CR0.PE = 0): base = CS << 4 (a CS still holding a protected-mode
+    /// base after MOV CR0 is not modelled, see README). Protected mode: 0 (a non-zero CS base
+    /// there is not modelled either).
+    fn ip_base(&self, cs: u64, cr0: u64) -> u64 {
+        if self.opts.caps.lip || cr0 & 1 != 0 {
+            0
+        } else {
+            (cs & 0xFFFF) << 4
+        }
+    }
+
     /// The model's work for a block that starts at `pc`, whether it runs as the block executes
     /// (`on_block`) or later from the vCPU's ring (issue 13: `Front`). With `may_store` false (the
     /// encoder thread, not in vCPU context) no output reaches guest memory: a store that would be
@@ -1172,8 +1186,13 @@ impl Shared {
         };
         let delivered = v.flow.delivered_last();
         let far_before = v.flow.stats().far_transfers;
+        // The IP payloads' base in this block's code segment: a far transfer into it reports
+        // its TIP against it, then the block's own packets (SDM Vol. 3C §33.3.1.1).
+        let ip_base = self.ip_base(cs, cr0);
+        sink.pt.stage_ip_base(ip_base);
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         let bts_pmi = sink.bts_pmi;
+        v.tracer.set_ip_base(ip_base);
         if event_trace {
             v.tracer.if_boundary(pc);
         }
@@ -2139,6 +2158,13 @@ impl Shared {
                 lbr_freeze_after: false,
                 pebs_eventing: &mut v.pebs_eventing,
             };
+            // The handler's code segment (real mode: the IVT's CS) for the event's TIP; with
+            // TraceEn = 0 no IP payload depends on it (the handler's block sets it).
+            if sink.pt.trace_en() {
+                let cr0 = v.regs.get("cr0").unwrap_or(0);
+                let cs = if cr0 & 1 == 0 { v.regs.get("cs").unwrap_or(0) } else { 0 };
+                sink.pt.stage_ip_base(sh.ip_base(cs, cr0));
+            }
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {
                 Self::deliver_pmi();

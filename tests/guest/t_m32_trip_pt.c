@@ -12,9 +12,15 @@
  *   PSB+ 32 (enable) | A1 16 | A5 32 | B1 16 | resume PSB+ 16 | B2 32 | B4 16 | B5 32 |
  *   B6 16 | B7 32 (the bitness of each payload, as `pttrace dump` prints it)
  * (A2 into real mode, A3/A4 real-mode far CALL/RET and B3 32 -> 32 keep the mode: a bare TIP).
- * IP payloads are linear addresses (the real-mode segment 300H has base 3000H; README
- * deviation: with CPUID.14H:ECX[31] LIP = 0 hardware would send offsets from the CS base). */
+ * IP payloads are offsets from the CS base (CPUID.14H:ECX[31] LIP = 0, SDM Vol. 3C §33.3.1.1):
+ * the TIP of A3 into the real-mode segment 300H (base 3000H) carries rfar's offset 0..FFFH, the
+ * others below 10000H (CS base 0 in real mode and in the 16-bit segments) the linear address.
+ * `host-check: ip-payloads` lists them in stream order (a16, real, rfar in 300H, A3's return
+ * address in CS 0, b16, the pause WRMSR's FUP, the resume's TIP.PGE, c16, d16); libipt, which has
+ * no segments, is told that IPs 0..FFFH are offsets in a segment at 3000H (`pt-decode:`). */
 // host-check: modes 32 16 32 16 16 32 16 32 16 32
+// host-check: ip-payloads 0x3000+@a16-@low_start 0x3000+@real-@low_start @rfar-@low_start 0x3000+@trip_lcall_a3+5-@low_start 0x3000+@b16-@low_start @pt_pause_wrmsr 0x3000+@trip_call_after_resume-@low_start 0x3000+@c16-@low_start 0x3000+@d16-@low_start
+// pt-decode: --cs-base 3000@0-fff
 #define TRIP_W_START  "pt_enable_wrmsr"
 #define TRIP_W_PAUSE  "pt_pause_wrmsr"
 #define TRIP_W_RESUME "pt_resume_wrmsr"

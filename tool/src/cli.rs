@@ -5,6 +5,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
 use crate::compare::{cmd_compare, CompareOptions};
+use crate::code_image::CodeSegment;
 use crate::decode::{cmd_decode, DecodeOptions};
 use crate::dump::{dump_file_libipt, DumpOptions, DumpOutcome};
 use crate::dump_core::dump_with_core;
@@ -21,7 +22,7 @@ USAGE:
         offset, ptdump-style. --libipt uses libipt's packet decoder; --raw also
         prints each packet's bytes. Exit 1 if any packet fails to decode.
 
-    pttrace decode DIR [--process PID] [--thread N] [--summary] [--events]
+    pttrace decode DIR [--process PID] [--thread N] [--summary] [--events] [--cs-base BASE@A-B[,..]]
         Reconstruct the executed instructions of every DIR/thread-N.pt with
         libipt (memory from DIR/code.img) and print one address per line
         (lowercase hex, no 0x), each thread preceded by a `thread N` line.
@@ -31,6 +32,11 @@ USAGE:
         --thread N     only thread N (of the program's own process, or of
                        --process PID), without the header line
         --summary      only print the per-thread summary (stderr)
+        --cs-base BASE@A-B  IPs A-B (inclusive, hex) are offsets in a code
+                       segment with base BASE: Intel PT IP payloads are
+                       offsets from the CS base with CPUID.14H:ECX[31] LIP = 0
+                       (e.g. real-mode code, CS << 4); the code is read at
+                       BASE + IP and BASE + IP printed
         --events       also print the power and Event Trace events libipt reports,
                        ptxed style: `[pwre c1.0]`, `[exstop, ip: ADDR]`,
                        `[pwrx int: c1 (c1)]`, `[mwait HINTS EXT, ip: ADDR]`,
@@ -153,6 +159,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
     let mut bits = None;
     let mut code16 = Vec::new();
     let mut code32 = Vec::new();
+    let mut segments = Vec::new();
     let mut out = None;
     let mut only_positional = false;
     while let Some(a) = it.next() {
@@ -188,6 +195,20 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                         }
                         if ranges.len() > 4 {
                             return Err(usage_err(format!("rtit-decode: at most 4 {o} ranges")));
+                        }
+                    }
+                    ("decode", "--cs-base") => {
+                        let v = it.next().and_then(|v| v.to_str().map(str::to_string)).unwrap_or_default();
+                        for r in v.split(',').filter(|r| !r.is_empty()) {
+                            let bad = || usage_err(format!("decode: --cs-base: not a list BASE@A-B,.. (hex): {v:?}"));
+                            let p = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).map_err(|_| bad());
+                            let (base, range) = r.split_once('@').ok_or_else(bad)?;
+                            let (a, b) = range.split_once('-').ok_or_else(bad)?;
+                            let (lo, hi) = (p(a)?, p(b)?);
+                            if lo > hi {
+                                return Err(bad());
+                            }
+                            segments.push(CodeSegment { base: p(base)?, lo, hi });
                         }
                     }
                     ("compare", "--context") => context = Some(parse_u32(o, it.next())? as usize),
@@ -230,6 +251,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                 process,
                 summary_only: summary,
                 events,
+                segments,
                 ..DecodeOptions::default()
             },
         },
@@ -245,6 +267,7 @@ fn parse(args: Vec<OsString>) -> Result<Command> {
                 bits,
                 code16,
                 code32,
+                segments: Vec::new(),
             },
         },
         _ => {

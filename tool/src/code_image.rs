@@ -363,8 +363,31 @@ impl CodeImage {
 
 /// The memory a thread's decoder sees: the base image overlaid by the thread's SWITCH records
 /// up to its current instruction count (`advance`).
+/// IPs `lo..=hi` of a trace are offsets in a code segment whose base is `base`: Intel PT IP
+/// payloads are effective addresses (offsets from the CS base) on processors with
+/// CPUID.(EAX=14H,ECX=0):ECX[31] LIP = 0 (SDM Vol. 3C §33.3.1.1), e.g. real-mode code with
+/// CS != 0. libipt has no notion of segments: the decoder reads that code at `base + IP` and
+/// reports `base + IP`, the linear address the code image and the ground truth use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeSegment {
+    pub base: u64,
+    pub lo: u64,
+    pub hi: u64,
+}
+
+impl CodeSegment {
+    /// The linear address of trace IP `ip` under `segments` (the first that holds it).
+    pub fn linear(segments: &[CodeSegment], ip: u64) -> u64 {
+        match segments.iter().find(|s| (s.lo..=s.hi).contains(&ip)) {
+            Some(s) => s.base.wrapping_add(ip),
+            None => ip,
+        }
+    }
+}
+
 pub struct ThreadView {
     code: std::rc::Rc<CodeImage>,
+    segments: Vec<CodeSegment>,
     thread: u32,
     /// The thread's switches, and how many are applied.
     switches: Vec<(u64, u32)>,
@@ -380,7 +403,13 @@ impl ThreadView {
     pub fn new(code: std::rc::Rc<CodeImage>, thread: u32) -> Self {
         let switches = code.switches.get(&thread).cloned().unwrap_or_default();
         let next_count = switches.first().map_or(u64::MAX, |s| s.0);
-        ThreadView { code, thread, switches, next: 0, next_count, overlay: HashMap::new(), hint: 0 }
+        ThreadView { code, segments: Vec::new(), thread, switches, next: 0, next_count, overlay: HashMap::new(), hint: 0 }
+    }
+
+    /// Read the IPs of `segments` at their linear addresses (`CodeSegment`).
+    pub fn with_segments(mut self, segments: &[CodeSegment]) -> Self {
+        self.segments = segments.to_vec();
+        self
     }
 
     /// The decoder is at the thread's instruction `count`: apply every switch up to it.
@@ -420,6 +449,15 @@ impl ThreadView {
     /// contiguous known range; returns how many (0: nothing mapped at `addr`).
     #[inline]
     pub fn read(&mut self, addr: u64, buf: &mut [u8]) -> usize {
+        if let Some(s) = self.segments.iter().find(|s| (s.lo..=s.hi).contains(&addr)).copied() {
+            // Not past the segment's end: the bytes after it belong to other IPs.
+            let n = buf.len().min((s.hi - addr).saturating_add(1).min(usize::MAX as u64) as usize);
+            return self.read_linear(s.base.wrapping_add(addr), &mut buf[..n]);
+        }
+        self.read_linear(addr, buf)
+    }
+
+    fn read_linear(&mut self, addr: u64, buf: &mut [u8]) -> usize {
         let base = self.code.read(addr, buf, &mut self.hint);
         if self.overlay.is_empty() {
             return base;
@@ -565,6 +603,21 @@ mod tests {
         let got = v.read(addr, &mut buf);
         buf.truncate(got);
         buf
+    }
+
+    #[test]
+    fn offsets_in_a_code_segment_read_the_code_at_base_plus_offset() {
+        // Real-mode code of segment 300H (base 3000H) at linear 3000H..3003H, other code at 10H.
+        let d = v2(&[fmt::version_record(0x3000, &[1, 2, 3, 4]), fmt::version_record(0x10, &[7, 7])]);
+        let (img, _) = CodeImage::parse(&d).unwrap();
+        let seg = [CodeSegment { base: 0x3000, lo: 0, hi: 2 }];
+        let mut v = ThreadView::new(std::rc::Rc::new(img), 1).with_segments(&seg);
+        assert_eq!(view_read(&mut v, 0, 8), vec![1, 2, 3]); // not past the segment's end
+        assert_eq!(view_read(&mut v, 1, 1), vec![2]);
+        assert_eq!(view_read(&mut v, 0x10, 8), vec![7, 7]); // outside: linear
+        assert_eq!(view_read(&mut v, 0x3001, 8), vec![2, 3, 4]);
+        assert_eq!(CodeSegment::linear(&seg, 2), 0x3002);
+        assert_eq!(CodeSegment::linear(&seg, 3), 3);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use libipt::error::{PtError, PtErrorCode};
 use libipt::status::Status;
 
-use crate::code_image::{CodeImage, ThreadView};
+use crate::code_image::{CodeImage, CodeSegment, ThreadView};
 use crate::error::{pt_err, Result, ToolError, EXIT_FAIL, EXIT_OK, EXIT_TRUNCATED};
 use crate::hexfmt::write_hex_line;
 use crate::insn_ffi::RawInsnDecoder;
@@ -106,7 +106,7 @@ where
     F: FnMut(u64) -> io::Result<()>,
     E: FnMut(&DecodeError),
 {
-    decode_stream_with_events(trace, code, thread, cpu, false, on_ip, |_| Ok(()), on_error)
+    decode_stream_with_events(trace, code, thread, cpu, false, &[], on_ip, |_| Ok(()), on_error)
 }
 
 /// [`decode_stream`], and `on_event` receives the events libipt reports that have a text
@@ -118,6 +118,7 @@ pub fn decode_stream_with_events<F, V, E>(
     thread: u32,
     cpu: Option<(u16, u8, u8)>,
     iflags: bool,
+    segments: &[CodeSegment],
     mut on_ip: F,
     mut on_event: V,
     mut on_error: E,
@@ -136,7 +137,7 @@ where
         return Ok(ctx.stats);
     }
 
-    let mut dec = match RawInsnDecoder::new(trace, ThreadView::new(Rc::clone(code), thread), cpu, iflags) {
+    let mut dec = match RawInsnDecoder::new(trace, ThreadView::new(Rc::clone(code), thread).with_segments(segments), cpu, iflags) {
         Ok(d) => d,
         Err(e) => {
             ctx.report(DecodeError::from_pt(None, &e));
@@ -196,7 +197,7 @@ where
             count += 1;
             ctx.stats.instructions += 1;
             ctx.stats.branches += u64::from(next.branch);
-            on_ip(ip)?;
+            on_ip(CodeSegment::linear(segments, ip))?;
         }
         guard_count += 1;
         if guard_count & 0xfff == 0 {
@@ -389,6 +390,8 @@ pub struct DecodeOptions {
     pub code16: Vec<(u64, u64)>,
     /// rtit-decode: ranges of 32-bit code (compatibility mode) under a 64-bit default.
     pub code32: Vec<(u64, u64)>,
+    /// decode: IP ranges that are offsets in a code segment (`--cs-base`).
+    pub segments: Vec<CodeSegment>,
 }
 
 /// `pttrace decode DIR`. Returns the exit status.
@@ -447,6 +450,7 @@ pub fn cmd_decode<W: Write>(dir: &OutDir, opts: &DecodeOptions, out: &mut W) -> 
             n,
             cpu,
             dir.meta.get("event_trace") == Some("1"),
+            &opts.segments,
             |ip| {
                 if opts.summary_only {
                     Ok(())

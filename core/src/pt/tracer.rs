@@ -192,6 +192,11 @@ pub struct Tracer {
     event_if: Option<bool>,
     pending_cfe: Option<PendingCfe>,
     pending_iret: Option<PendingCfe>,
+    /// What IP payloads are relative to (`set_ip_base`): the CS base of the code the tracer is
+    /// in when CPUID.(EAX=14H,ECX=0):ECX[31] LIP = 0, else 0; and the base after the next far
+    /// transfer or event (`stage_ip_base`).
+    ip_base: u64,
+    staged_ip_base: Option<u64>,
 }
 
 /// The Event Trace packets of the next asynchronous event or IRET.
@@ -243,6 +248,8 @@ impl Tracer {
             event_if: None,
             pending_cfe: None,
             pending_iret: None,
+            ip_base: 0,
+            staged_ip_base: None,
         }
     }
 
@@ -564,6 +571,7 @@ impl Tracer {
     /// Compress `ip` against last-IP, except for the first IP after OVF, which is sent as
     /// sext-48, or full when not canonical (module documentation).
     fn compress_ip(&mut self, ip: u64) -> IpPayload {
+        let ip = ip.wrapping_sub(self.ip_base);
         if std::mem::take(&mut self.full_ip_next) {
             if let Some(p) = self.last_ip.compress_with(ip, IpCompression::Sext48) {
                 return p;
@@ -1008,6 +1016,12 @@ impl Tracer {
         let was = self.packet_en;
         let cr3_changed = to.cr3 != self.ctx.cr3;
         self.ctx = to;
+        // The FUP binds to the source (old CS); TIP, TIP.PGE, TIP.PGD and a PSB+'s FUP to the
+        // destination (the CS the transfer loaded).
+        let fup_base = self.ip_base;
+        if let Some(b) = self.staged_ip_base.take() {
+            self.ip_base = b;
+        }
         // The CFE of this transfer: an interrupt's (announced before the IRET it may follow
         // is retired) or an IRET's.
         let cfe = if fup.is_some() { self.pending_cfe.take() } else { self.pending_iret.take() };
@@ -1046,7 +1060,9 @@ impl Tracer {
                 fup = fup.or(c.fup);
             }
             if let Some(ip) = fup {
+                let to_base = std::mem::replace(&mut self.ip_base, fup_base);
                 self.emit_ip(Packet::Fup, Some(ip));
+                self.ip_base = to_base;
             }
         }
         if stop {
@@ -1143,6 +1159,25 @@ impl Tracer {
             _ => {}
         }
         self.maybe_psb(ip);
+    }
+
+    /// The base IP payloads are relative to from now on (the code the tracer is in): with
+    /// CPUID.(EAX=14H,ECX=0):ECX[31] LIP = 0 the CS base, else 0. SDM Vol. 3C §33.3.1.1
+    /// "Packet Decoding of RIP versus LIP": FUP, TIP, TIP.PGE and TIP.PGD carry an effective
+    /// address (RIP, the offset from the current CS base) on processors that enumerate LIP = 0,
+    /// the linear address (offset + CS base) with LIP = 1; the CS base is CS << 4 in real mode,
+    /// the segment's base in protected mode; indistinguishable while it is 0 (e.g. 64-bit mode).
+    /// The tracer is given linear addresses and subtracts this base from every IP payload
+    /// (filters, RET compression and the resume IP stay linear).
+    pub fn set_ip_base(&mut self, base: u64) {
+        self.ip_base = base;
+        self.staged_ip_base = None;
+    }
+
+    /// The IP base after the next far transfer or event (the CS it loads): its FUP still
+    /// binds to the source, its TIP / TIP.PGE / TIP.PGD to the destination.
+    pub fn stage_ip_base(&mut self, base: u64) {
+        self.staged_ip_base = Some(base);
     }
 
     // ---- Event Trace (IA32_RTIT_CTL[31] EventEn, CPUID.(14H,0):EBX[7]) ----
