@@ -117,6 +117,22 @@ impl<T: Copy> BlockRing<T> {
         self.consumed.0 .1.store(false, Ordering::Relaxed);
         self.len.0.store(0, Ordering::Relaxed);
     }
+
+    /// As `take_own`, with every pending record at once (`f` gets them oldest first).
+    ///
+    /// # Safety
+    /// As for `take_own`.
+    pub unsafe fn take_own_all(&self, f: impl FnOnce(&[T])) {
+        let len = self.len.0.load(Ordering::Relaxed);
+        let from = self.consumed.0 .0.load(Ordering::Relaxed).min(len);
+        // SAFETY: entries from..len were written by this thread before; `UnsafeCell` and
+        // `MaybeUninit` are `repr(transparent)`, so they are laid out as `[T]`.
+        let pending = unsafe { std::slice::from_raw_parts(self.entries.as_ptr().add(from) as *const T, len - from) };
+        f(pending);
+        self.consumed.0 .0.store(0, Ordering::Relaxed);
+        self.consumed.0 .1.store(false, Ordering::Relaxed);
+        self.len.0.store(0, Ordering::Relaxed);
+    }
 }
 
 /// How a thread that consumes rings waits between passes that found nothing to do: work may come

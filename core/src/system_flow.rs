@@ -15,6 +15,7 @@
 use crate::insn_class::{BranchKind, ClassifiedInsn, FarKind};
 use crate::pt::packet::ExecMode;
 use crate::pt::tracer::{AsyncKind, Context, Tracer};
+use crate::user_flow::DirectFlow;
 
 /// Where retirement events go: the Intel PT tracer, and in the plugin also the Branch Trace
 /// Store (and the RTIT tracer), each deciding what its hardware records for the event.
@@ -82,6 +83,16 @@ pub struct SysBlock {
     pub last: ClassifiedInsn,
     /// The last instruction is a MOV to CR3.
     pub writes_cr3: bool,
+    /// The last instruction's fixed successors (none for a MOV to CR3, whose context change
+    /// takes the general path), for `SystemFlow::steady_run`.
+    pub direct: DirectFlow,
+}
+
+impl SysBlock {
+    pub fn new(insns: Vec<u64>, last: ClassifiedInsn, writes_cr3: bool) -> Self {
+        let direct = if writes_cr3 { DirectFlow::none() } else { DirectFlow::of(&last) };
+        SysBlock { insns, last, writes_cr3, direct }
+    }
 }
 
 /// The slot of a block classified as 16-, 32- and 64-bit code (`by_mode` of `SystemFlow::block`)
@@ -284,6 +295,49 @@ impl<B: BlockRef> SystemFlow<B> {
         self.pos = Position::After(Executed { block: by_mode[mode_slot(tracer.mode())].clone(), delta, counted: 0 });
     }
 
+    /// A run of blocks, each reached from the one before along a fixed successor (fall-through,
+    /// direct JMP or CALL, either way of a Jcc), while the tracer is in its steady state (issue
+    /// 13): what `block` does for each of them with Intel PT as the only sink, with the tracer's
+    /// per-block bookkeeping in registers (`Tracer::steady_run`). `blocks` yields, per block,
+    /// its actual start, its `delta` and `last_started` (as for `block`) and its classification
+    /// in the current mode (a run has no far transfer, so the mode does not change). Returns
+    /// how many blocks ran; the first one not run (if the iterator yielded more) is for `block`.
+    pub fn steady_run(&mut self, tracer: &mut Tracer, blocks: impl Iterator<Item = (u64, u64, u64, B)>) -> usize {
+        let Position::After(prev) = &self.pos else { return 0 };
+        let (mut cur, mut delta) = (prev.block.clone(), prev.delta);
+        let mut blocks = blocks.into_iter();
+        let mut n = 0;
+        loop {
+            let Some(mut run) = tracer.steady_run() else { break };
+            // Some(pc): the PSB period was reached with the block at `pc` (it ran).
+            let psb_at = loop {
+                let Some((pc, d, last_started, b)) = blocks.next() else { break None };
+                // The previous block's last instruction started (QEMU did not leave it early)
+                // and its fixed successors explain this block.
+                let end = cur.direct;
+                if last_started != cur.last.ip || !end.explains(pc.wrapping_sub(delta)) {
+                    break None;
+                }
+                n += 1;
+                let more = run.direct(&end.relocated(delta), pc);
+                (cur, delta) = (b, d);
+                if !more {
+                    break Some(pc);
+                }
+            };
+            drop(run);
+            match psb_at {
+                Some(pc) => tracer.psb_if_due(pc),
+                None => break,
+            }
+        }
+        if n > 0 {
+            self.stats.blocks += n as u64;
+            self.pos = Position::After(Executed { block: cur, delta, counted: 0 });
+        }
+        n
+    }
+
     /// The instruction at (actual) address `ip` of the current block is about to execute (an
     /// RDPMC, RDMSR or WRMSR of the counters): report the block's instructions before it as
     /// retired, so counters read there hold exactly the events before it.
@@ -422,11 +476,7 @@ mod tests {
 
     fn block(insns: &[u64], len: u8, kind: BranchKind) -> [Arc<SysBlock>; 3] {
         let ip = *insns.last().unwrap();
-        let b = Arc::new(SysBlock {
-            insns: insns.to_vec(),
-            last: ClassifiedInsn { ip, len, kind, rep_string: false },
-            writes_cr3: false,
-        });
+        let b = Arc::new(SysBlock::new(insns.to_vec(), ClassifiedInsn { ip, len, kind, rep_string: false }, false));
         [b.clone(), b.clone(), b]
     }
 
@@ -435,11 +485,7 @@ mod tests {
     }
 
     fn ended_by(kind: BranchKind, rep_string: bool) -> SysBlock {
-        SysBlock {
-            insns: vec![0x1000, 0x1004],
-            last: ClassifiedInsn { ip: 0x1004, len: 2, kind, rep_string },
-            writes_cr3: false,
-        }
+        SysBlock::new(vec![0x1000, 0x1004], ClassifiedInsn { ip: 0x1004, len: 2, kind, rep_string }, false)
     }
 
     #[test]
@@ -591,11 +637,7 @@ mod tests {
         cpu.0.mode = ExecMode::Bit32;
         // The same bytes classify differently per mode; only the 32-bit variant ends in a JMP.
         let as_mode = |kind| {
-            Arc::new(SysBlock {
-                insns: vec![0x8000],
-                last: ClassifiedInsn { ip: 0x8000, len: 2, kind, rep_string: false },
-                writes_cr3: false,
-            })
+            Arc::new(SysBlock::new(vec![0x8000], ClassifiedInsn { ip: 0x8000, len: 2, kind, rep_string: false }, false))
         };
         let variants = [as_mode(BranchKind::None), as_mode(BranchKind::IndirectJump), as_mode(BranchKind::None)];
         f.block(&mut t, 0x8000, &variants, 0, 0x1000, &mut cpu);
@@ -694,11 +736,7 @@ mod tests {
         let mut cpu = Cpu(KERNEL);
         let mut f = SystemFlow::default();
         let rep = |insns: &[u64]| {
-            let b = Arc::new(SysBlock {
-                insns: insns.to_vec(),
-                last: ClassifiedInsn { ip: 0x1004, len: 2, kind: BranchKind::None, rep_string: true },
-                writes_cr3: false,
-            });
+            let b = Arc::new(SysBlock::new(insns.to_vec(), ClassifiedInsn { ip: 0x1004, len: 2, kind: BranchKind::None, rep_string: true }, false));
             [b.clone(), b.clone(), b]
         };
         f.block(&mut c, 0x1000, &rep(&[0x1000, 0x1004]), 0, 0, &mut cpu);

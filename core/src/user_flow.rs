@@ -175,9 +175,14 @@ pub struct DirectFlow {
 impl DirectFlow {
     const NONE: u64 = u64::MAX;
 
-    fn of(last: &ClassifiedInsn) -> Self {
+    /// No fixed successor: the general path explains the next block.
+    pub(crate) const fn none() -> Self {
+        DirectFlow { target: Self::NONE, fall: Self::NONE, conditional: false, push: 0 }
+    }
+
+    pub(crate) fn of(last: &ClassifiedInsn) -> Self {
         let nlip = last.nlip();
-        let none = DirectFlow { target: Self::NONE, fall: Self::NONE, conditional: false, push: 0 };
+        let none = Self::none();
         if last.rep_string {
             return none;
         }
@@ -196,6 +201,18 @@ impl DirectFlow {
     #[inline]
     pub fn explains(&self, next: u64) -> bool {
         (next == self.target) | (next == self.fall)
+    }
+
+    /// The same outcome for the code run `delta` bytes from where it was classified (a
+    /// PC-relative translation in full-system mode).
+    #[inline]
+    pub fn relocated(&self, delta: u64) -> Self {
+        DirectFlow {
+            target: self.target.wrapping_add(delta),
+            fall: self.fall.wrapping_add(delta),
+            conditional: self.conditional,
+            push: if self.push != 0 { self.push.wrapping_add(delta) } else { 0 },
+        }
     }
 }
 

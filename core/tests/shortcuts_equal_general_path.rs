@@ -8,6 +8,7 @@
 use pttrace_core::insn_class::{BranchKind, ClassifiedInsn, FarKind};
 use pttrace_core::pt::rtit_ctl::{AddrCfg, AddrRange, RtitCtl};
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
+use pttrace_core::system_flow::{CpuView, SysBlock, SystemFlow};
 use pttrace_core::user_flow::{BlockEnd, ExecutedBlock, UserFlow};
 
 struct Rng(u64);
@@ -206,6 +207,111 @@ fn batch_run_equals_blocks_one_at_a_time() {
         assert_eq!(clock_b, clock_s);
         fb.finish(&mut batch);
         fs.finish(&mut single);
+        let (a, b) = (batch.take_output(), single.take_output());
+        assert!(!b.is_empty());
+        assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
+        assert_eq!(fb.stats(), fs.stats(), "seed {seed}");
+        assert_eq!(batch.stats(), single.stats(), "seed {seed}");
+    }
+}
+
+/// A random full-system block translated at `t` (actual addresses are `t + delta`).
+fn sys_block(rng: &mut Rng, t: u64) -> std::sync::Arc<SysBlock> {
+    let n = 1 + rng.below(4);
+    let insns: Vec<u64> = (0..n).map(|i| t + i * 3).collect();
+    let ip = *insns.last().unwrap();
+    let len = 1 + rng.below(6) as u8;
+    let target = 0x401000 + rng.below(0x100) * 0x10;
+    let kind = match rng.below(14) {
+        0 | 1 => BranchKind::None,
+        2..=5 => BranchKind::Conditional { target },
+        6 => BranchKind::DirectJump { target },
+        7 => BranchKind::DirectCall { target: if rng.below(8) == 0 { ip + u64::from(len) } else { target } },
+        8 => BranchKind::IndirectJump,
+        9 => BranchKind::IndirectCall,
+        10 | 11 => BranchKind::Return,
+        12 => BranchKind::Far(FarKind::Sysret),
+        _ => BranchKind::None,
+    };
+    let writes_cr3 = kind == BranchKind::None && rng.below(10) == 0;
+    std::sync::Arc::new(SysBlock::new(insns, ClassifiedInsn { ip, len, kind, rep_string: rng.below(40) == 0 }, writes_cr3))
+}
+
+struct FixedCpu;
+impl CpuView for FixedCpu {
+    fn context(&mut self) -> Context {
+        Context::KERNEL64
+    }
+}
+
+#[test]
+fn system_steady_run_equals_blocks_one_at_a_time() {
+    // `SystemFlow::steady_run` (the full-system plugin's path for recorded blocks: runs of fixed
+    // successors with the tracer's bookkeeping in registers) against `SystemFlow::block` one
+    // block at a time: PC-relative translations (each block runs at its translation address
+    // plus a page-multiple delta), blocks QEMU left early (`last_started` elsewhere), MOV CR3,
+    // REP strings, indirect and far transfers, unexplained successors, PSB periods and
+    // configurations without the steady state, in random batch sizes: the same bytes, flow and
+    // tracer counters and resume point.
+    type Flow = SystemFlow<std::sync::Arc<SysBlock>>;
+    const DELTAS: [u64; 3] = [0, 0x7f00_0000_0000, 0xffff_8000_0000_0000];
+    for seed in 0..300u64 {
+        let mut rng = Rng(5000 + seed);
+        let mut cfg = config(&mut rng);
+        cfg.ctl.set_os(true);
+        let mut batch = Tracer::new(cfg, Context::KERNEL64);
+        let mut single = Tracer::new(cfg, Context::KERNEL64);
+        let mut pc = 0x401000 + DELTAS[0];
+        batch.enable(pc);
+        single.enable(pc);
+        // (actual pc, delta, last_started, block)
+        let mut blocks = Vec::new();
+        let mut calls: Vec<u64> = Vec::new();
+        let mut last_started = 0;
+        for _ in 0..4000 {
+            let delta = DELTAS[rng.below(3) as usize];
+            let b = sys_block(&mut rng, pc.wrapping_sub(delta));
+            blocks.push((pc, delta, last_started, b.clone()));
+            let last = b.last.relocated(delta);
+            last_started = if rng.below(200) == 0 { b.insns[0] } else { b.last.ip };
+            pc = match last.kind {
+                BranchKind::None if last.rep_string && rng.below(2) == 0 => last.ip,
+                BranchKind::None => last.nlip(),
+                BranchKind::Conditional { target } => if rng.below(4) != 0 { target } else { last.nlip() },
+                BranchKind::DirectJump { target } => target,
+                BranchKind::DirectCall { target } => {
+                    calls.push(last.nlip());
+                    target
+                }
+                BranchKind::Return => match calls.pop() {
+                    Some(r) if rng.below(8) != 0 => r,
+                    _ => 0x401000 + rng.below(0x100) * 0x10 + delta,
+                },
+                _ => 0x401000 + rng.below(0x100) * 0x10 + delta,
+            };
+            if rng.below(300) == 0 {
+                pc = 0x405000; // unexplained
+            }
+        }
+        let (mut fb, mut fs) = (Flow::default(), Flow::default());
+        let mut at = 0;
+        while at < blocks.len() {
+            let end = (at + 1 + rng.below(700) as usize).min(blocks.len());
+            let mut i = at;
+            while i < end {
+                i += fb.steady_run(&mut batch, blocks[i..end].iter().map(|(p, d, l, b)| (*p, *d, *l, b.clone())));
+                if i < end {
+                    let (p, d, l, b) = &blocks[i];
+                    fb.block(&mut batch, *p, &[b.clone(), b.clone(), b.clone()], *d, *l, &mut FixedCpu);
+                    i += 1;
+                }
+            }
+            for (p, d, l, b) in &blocks[at..end] {
+                fs.block(&mut single, *p, &[b.clone(), b.clone(), b.clone()], *d, *l, &mut FixedCpu);
+            }
+            at = end;
+            assert_eq!(batch.resume_point(), single.resume_point(), "seed {seed}");
+        }
         let (a, b) = (batch.take_output(), single.take_output());
         assert!(!b.is_empty());
         assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));

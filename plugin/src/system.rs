@@ -591,7 +591,58 @@ impl Shared {
     /// may be stored as if each block had run the model when it executed).
     fn run_recorded(&self, v: &mut Vcpu, ring: &BlockRing<Recorded>) {
         // SAFETY: on the ring's producer thread, holding the vCPU's lock.
-        unsafe { ring.take_own(|r| self.run_recorded_block(v, r, true)) };
+        unsafe {
+            ring.take_own_all(|recs| {
+                let mut i = 0;
+                while i < recs.len() {
+                    i += self.run_recorded_steady(v, &recs[i..]);
+                    if let Some(&r) = recs.get(i) {
+                        self.run_recorded_block(v, r, true);
+                        i += 1;
+                    }
+                }
+            })
+        };
+    }
+
+    /// The longest prefix of `recs` that `SystemFlow::steady_run` can take (fixed successors,
+    /// the tracer in its steady state: no timing packets, no filter ranges), run as
+    /// `run_recorded_block` would run each of them; returns how many ran (issue 13).
+    fn run_recorded_steady(&self, v: &mut Vcpu, recs: &[Recorded]) -> usize {
+        if !(v.tracer.trace_en() && v.output_active) {
+            return 0;
+        }
+        let mode = v.tracer.context().mode;
+        let slot = mode_slot(mode);
+        let (cs, cr0, efer) = v.mode_regs.unwrap_or_default();
+        let key = (cs, cr0 & 1, 0);
+        let lma = efer & (1 << 10) != 0;
+        let proven = &mut v.proven;
+        let n = v.flow.steady_run(
+            &mut v.tracer,
+            recs.iter().map(|r| {
+                // (Also for the block that ends the run: `run_recorded_block` proves the same.)
+                let possible = if lma { r.info.modes } else { ModeSet(r.info.modes.0 & !4) };
+                if let Some(m) = possible.single().filter(|_| key.1 != 0) {
+                    *proven = Some((m, key));
+                }
+                (r.pc, r.pc.wrapping_sub(r.info.pc), r.last_started, r.info.by_mode[slot])
+            }),
+        );
+        let Some(last) = n.checked_sub(1).map(|k| recs[k]) else { return 0 };
+        v.blocks_since_tsc += n as u32;
+        if v.blocks_since_tsc >= 64 {
+            v.blocks_since_tsc = 0;
+            self.update_tsc(v);
+        }
+        v.pc_delta = last.pc.wrapping_sub(last.info.pc);
+        v.cur_modes = last.info.modes;
+        v.after = (mode != ExecMode::Bit16 && last.info.modes.contains(mode))
+            .then(|| (last.info.in_mode(mode), v.pc_delta, last.info.changes_mode));
+        // Output as if each block had ended with `block_output` (the hold counts blocks).
+        v.held_blocks = v.held_blocks.saturating_add(n as u32 - 1).min(OUTPUT_HOLD_BLOCKS);
+        self.block_output(v, true);
+        n
     }
 
     /// `run_block` for a recorded block while the state `record_budget` allowed recording in
@@ -926,7 +977,7 @@ impl Shared {
             // Lives as long as QEMU, like the callback closures the qemu-plugin crate hands QEMU
             // for every translation (QEMU never tells a plugin that a translation is freed), so
             // the per-block path holds plain references instead of counting them.
-            &*Box::leak(Box::new(SysBlock { insns: addrs.clone(), last, writes_cr3 }))
+            &*Box::leak(Box::new(SysBlock::new(addrs.clone(), last, writes_cr3)))
         };
         let has_wrmsr = insns.iter().any(|(_, b)| system_op(b, 64) == Some(SystemOp::Wrmsr));
         let changes_mode = insns.iter().any(|(_, b)| may_change_mode(b));
