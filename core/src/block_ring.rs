@@ -83,46 +83,28 @@ impl<T: Copy> BlockRing<T> {
         self.consumed.0 .1.store(true, Ordering::Relaxed);
     }
 
-    /// Consume the pending records, oldest first, from a thread other than the producer's;
-    /// `f` returns false to stop (the record it was given counts as consumed).
+    /// Consume up to `max` pending records from a thread other than the producer's: `f` gets
+    /// them oldest first and returns how many it consumed (the rest stay pending).
     ///
     /// # Safety
     /// The caller holds the lock that serialises the ring's consumers.
-    pub unsafe fn take_shared(&self, mut f: impl FnMut(T) -> bool) {
+    pub unsafe fn take_shared(&self, max: usize, f: impl FnOnce(&[T]) -> usize) {
         let len = self.len.0.load(Ordering::Acquire);
-        let mut at = self.consumed.0 .0.load(Ordering::Relaxed);
-        while at < len {
-            // SAFETY: `at < len`: written before `len` was published (Acquire above).
-            let e = unsafe { (*self.entries[at].get()).assume_init() };
-            at += 1;
-            if !f(e) {
-                break;
-            }
-        }
-        self.consumed.0 .0.store(at, Ordering::Relaxed);
+        let at = self.consumed.0 .0.load(Ordering::Relaxed).min(len);
+        let n = (len - at).min(max);
+        // SAFETY: entries at..at + n were written before `len` was published (Acquire above);
+        // laid out as `[T]` (see `take_own`).
+        let pending = unsafe { std::slice::from_raw_parts(self.entries.as_ptr().add(at) as *const T, n) };
+        let used = f(pending).min(n);
+        self.consumed.0 .0.store(at + used, Ordering::Relaxed);
     }
 
-    /// Consume every pending record, oldest first, on the producer's thread, and empty the ring.
+    /// Consume every pending record on the producer's thread (`f` gets them oldest first), and
+    /// empty the ring.
     ///
     /// # Safety
     /// Only the producer's thread calls this, holding the lock that serialises consumers.
-    pub unsafe fn take_own(&self, mut f: impl FnMut(T)) {
-        let len = self.len.0.load(Ordering::Relaxed);
-        let from = self.consumed.0 .0.load(Ordering::Relaxed);
-        for i in from..len {
-            // SAFETY: written by this thread before.
-            f(unsafe { (*self.entries[i].get()).assume_init() });
-        }
-        self.consumed.0 .0.store(0, Ordering::Relaxed);
-        self.consumed.0 .1.store(false, Ordering::Relaxed);
-        self.len.0.store(0, Ordering::Relaxed);
-    }
-
-    /// As `take_own`, with every pending record at once (`f` gets them oldest first).
-    ///
-    /// # Safety
-    /// As for `take_own`.
-    pub unsafe fn take_own_all(&self, f: impl FnOnce(&[T])) {
+    pub unsafe fn take_own(&self, f: impl FnOnce(&[T])) {
         let len = self.len.0.load(Ordering::Relaxed);
         let from = self.consumed.0 .0.load(Ordering::Relaxed).min(len);
         // SAFETY: entries from..len were written by this thread before; `UnsafeCell` and
@@ -172,13 +154,13 @@ mod tests {
             for i in 0..5u64 {
                 assert!(ring.push(i));
             }
-            ring.take_shared(|e| {
-                seen.push(e);
-                e < 2
+            ring.take_shared(usize::MAX, |recs| {
+                seen.extend_from_slice(&recs[..3]);
+                3
             });
             assert_eq!(ring.pending(), 2);
             assert!(ring.push(5));
-            ring.take_own(|e| seen.push(e));
+            ring.take_own(|recs| seen.extend_from_slice(recs));
         }
         assert_eq!(seen, [0, 1, 2, 3, 4, 5]);
         assert_eq!(ring.room(), 8);
@@ -191,11 +173,13 @@ mod tests {
         unsafe {
             assert!(ring.push(1u32) && ring.push(2) && ring.push(3));
             assert!(!ring.push(4));
-            ring.take_shared(|_| true);
+            ring.take_shared(2, |recs| recs.len());
+            assert_eq!(ring.pending(), 1);
+            ring.take_shared(usize::MAX, |recs| recs.len());
             // Space comes back only through the producer's own consumption.
             assert!(!ring.push(4));
             let mut n = 0;
-            ring.take_own(|_| n += 1);
+            ring.take_own(|recs| n += recs.len());
             assert_eq!(n, 0, "already consumed by the other thread");
             assert!(ring.push(4));
         }
@@ -224,9 +208,9 @@ mod tests {
             std::thread::spawn(move || {
                 while !done.load(Ordering::Acquire) {
                     if let Ok(mut m) = model.try_lock() {
-                        unsafe { ring.take_shared(|e| {
-                            m.push(e);
-                            true
+                        unsafe { ring.take_shared(5, |recs| {
+                            m.extend_from_slice(recs);
+                            recs.len()
                         }) };
                     }
                     std::hint::spin_loop();
@@ -236,12 +220,12 @@ mod tests {
         for i in 0..N {
             while !unsafe { ring.push(i) } {
                 let mut m = model.lock().unwrap();
-                unsafe { ring.take_own(|e| m.push(e)) };
+                unsafe { ring.take_own(|recs| m.extend_from_slice(recs)) };
             }
         }
         {
             let mut m = model.lock().unwrap();
-            unsafe { ring.take_own(|e| m.push(e)) };
+            unsafe { ring.take_own(|recs| m.extend_from_slice(recs)) };
         }
         done.store(true, Ordering::Release);
         consumer.join().unwrap();

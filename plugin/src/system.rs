@@ -591,24 +591,26 @@ impl Shared {
     /// may be stored as if each block had run the model when it executed).
     fn run_recorded(&self, v: &mut Vcpu, ring: &BlockRing<Recorded>) {
         // SAFETY: on the ring's producer thread, holding the vCPU's lock.
-        unsafe {
-            ring.take_own_all(|recs| {
-                let mut i = 0;
-                while i < recs.len() {
-                    i += self.run_recorded_steady(v, &recs[i..]);
-                    if let Some(&r) = recs.get(i) {
-                        self.run_recorded_block(v, r, true);
-                        i += 1;
-                    }
-                }
-            })
-        };
+        unsafe { ring.take_own(|recs| { self.run_recorded_all(v, recs, true); }) };
+    }
+
+    /// Run `recs` through the model, oldest first (`may_store` as for `run_block`).
+    fn run_recorded_all(&self, v: &mut Vcpu, recs: &[Recorded], may_store: bool) -> usize {
+        let mut i = 0;
+        while i < recs.len() {
+            i += self.run_recorded_steady(v, &recs[i..], may_store);
+            if let Some(&r) = recs.get(i) {
+                self.run_recorded_block(v, r, may_store);
+                i += 1;
+            }
+        }
+        recs.len()
     }
 
     /// The longest prefix of `recs` that `SystemFlow::steady_run` can take (fixed successors,
     /// the tracer in its steady state: no timing packets, no filter ranges), run as
     /// `run_recorded_block` would run each of them; returns how many ran (issue 13).
-    fn run_recorded_steady(&self, v: &mut Vcpu, recs: &[Recorded]) -> usize {
+    fn run_recorded_steady(&self, v: &mut Vcpu, recs: &[Recorded], may_store: bool) -> usize {
         if !(v.tracer.trace_en() && v.output_active) {
             return 0;
         }
@@ -641,7 +643,7 @@ impl Shared {
             .then(|| (last.info.in_mode(mode), v.pc_delta, last.info.changes_mode));
         // Output as if each block had ended with `block_output` (the hold counts blocks).
         v.held_blocks = v.held_blocks.saturating_add(n as u32 - 1).min(OUTPUT_HOLD_BLOCKS);
-        self.block_output(v, true);
+        self.block_output(v, may_store);
         n
     }
 
@@ -937,13 +939,8 @@ impl Shared {
                 let Some(mut guard) = self.vcpus[i].try_lock() else { continue };
                 let Some(v) = guard.as_mut() else { continue };
                 guarded("trace encoder", || {
-                    let mut left = ENCODER_CHUNK;
                     // SAFETY: holding the vCPU's lock.
-                    unsafe { ring.take_shared(|r| {
-                        self.run_recorded_block(v, r, false);
-                        left -= 1;
-                        left > 0
-                    }) };
+                    unsafe { ring.take_shared(ENCODER_CHUNK, |recs| self.run_recorded_all(v, recs, false)) };
                 });
                 worked = true;
             }
@@ -2210,10 +2207,7 @@ impl Shared {
                 // Blocks recorded but not yet run through the model (the host copy gets their
                 // bytes; guest memory is not written from this thread).
                 // SAFETY: holding the vCPU's lock.
-                unsafe { ring.take_shared(|r| {
-                    self.run_recorded_block(v, r, false);
-                    true
-                }) };
+                unsafe { ring.take_shared(usize::MAX, |recs| self.run_recorded_all(v, recs, false)) };
             }
             // Everything still in the tracer (TNT bits, the internal buffer) is flushed.
             v.tracer.finish();
