@@ -296,7 +296,7 @@ impl<B: BlockRef> SystemFlow<B> {
     }
 
     /// A run of blocks, each reached from the one before along a fixed successor (fall-through,
-    /// direct JMP or CALL, either way of a Jcc), while the tracer is in its steady state (issue
+    /// direct JMP or CALL, either way of a Jcc) or by a RET that compresses, while the tracer is in its steady state (issue
     /// 13): what `block` does for each of them with Intel PT as the only sink, with the tracer's
     /// per-block bookkeeping in registers (`Tracer::steady_run`). `blocks` yields, per block,
     /// its actual start, its `delta` and `last_started` (as for `block`) and its classification
@@ -313,13 +313,22 @@ impl<B: BlockRef> SystemFlow<B> {
             let psb_at = loop {
                 let Some((pc, d, last_started, b)) = blocks.next() else { break None };
                 // The previous block's last instruction started (QEMU did not leave it early)
-                // and its fixed successors explain this block.
-                let end = cur.direct;
-                if last_started != cur.last.ip || !end.explains(pc.wrapping_sub(delta)) {
+                // and its fixed successors explain this block (or it is a compressed RET).
+                if last_started != cur.last.ip {
                     break None;
                 }
+                let end = cur.direct;
+                let more = if end.explains(pc.wrapping_sub(delta)) {
+                    run.direct(&end.relocated(delta), pc)
+                } else if cur.last.kind == BranchKind::Return && !cur.last.rep_string {
+                    match run.compressed_ret(pc) {
+                        Some(more) => more,
+                        None => break None,
+                    }
+                } else {
+                    break None;
+                };
                 n += 1;
-                let more = run.direct(&end.relocated(delta), pc);
                 (cur, delta) = (b, d);
                 if !more {
                     break Some(pc);

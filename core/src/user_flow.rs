@@ -416,11 +416,18 @@ impl UserFlow {
             let Some(b) = blocks.next() else { return Some((n, prev, None)) };
             *clock += b.n_insns();
             let pc = b.pc();
-            if !prev.direct.explains(pc) {
+            let more = if prev.direct.explains(pc) {
+                run.direct(&prev.direct, pc)
+            } else if prev.last.kind == BranchKind::Return && !prev.last.rep_string {
+                // A RET that compresses (what `resolve` does for it without a signal probe).
+                match run.compressed_ret(pc) {
+                    Some(more) => more,
+                    None => return Some((n, prev, Some((b, false)))),
+                }
+            } else {
                 return Some((n, prev, Some((b, false))));
-            }
+            };
             n += 1;
-            let more = run.direct(&prev.direct, pc);
             prev = b.end();
             if !more {
                 return Some((n, prev, Some((b, true))));

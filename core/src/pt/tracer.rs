@@ -952,7 +952,7 @@ impl Tracer {
         }
         let period = self.cfg.ctl.psb_period_bytes();
         let psb_room = period.checked_sub(self.psb_bytes).filter(|&r| r > 0)?;
-        Some(SteadyRun { resume_ip: self.resume_ip, resumes: 0, tnt_bits: 0, tnt_packets: 0, psb_room, t: self })
+        Some(SteadyRun { resume_ip: self.resume_ip, resumes: 0, tnt_bits: 0, tnt_packets: 0, compressed_rets: 0, psb_room, t: self })
     }
 
     /// After a steady run ended because the PSB period was reached: PSB+ at `ip` (as
@@ -1304,6 +1304,7 @@ pub struct SteadyRun<'a> {
     resumes: u64,
     tnt_bits: u64,
     tnt_packets: u64,
+    compressed_rets: u64,
     /// Bytes until the PSB period is reached (> 0 while the run lasts).
     psb_room: u64,
 }
@@ -1329,6 +1330,29 @@ impl SteadyRun<'_> {
         }
         more
     }
+
+    /// A near RET retired to `next`: with RET compression on and `next` the NLIP of the last
+    /// CALL on the stack it is one taken TNT bit (§33.4.2.2), done here; None when it is not
+    /// compressed (nothing changed: the general path sends its TIP). Some(false): the PSB
+    /// period was reached, as for `direct`.
+    #[inline(always)]
+    pub fn compressed_ret(&mut self, next: u64) -> Option<bool> {
+        if self.t.cfg.ctl.dis_retc() || !self.t.ret.try_compress(next) {
+            return None;
+        }
+        self.compressed_rets += 1;
+        self.resume_ip = next;
+        self.resumes += 1;
+        self.tnt_bits += 1;
+        let mut more = true;
+        if let Some((bits, count)) = self.t.tnt.push_if(true, true) {
+            super::encode::push_tnt_short(u64::from(bits), count, &mut self.t.out);
+            self.tnt_packets += 1;
+            self.psb_room -= 1;
+            more = self.psb_room != 0;
+        }
+        Some(more)
+    }
 }
 
 impl Drop for SteadyRun<'_> {
@@ -1337,6 +1361,7 @@ impl Drop for SteadyRun<'_> {
         t.resume_ip = self.resume_ip;
         t.resume_seq = t.resume_seq.wrapping_add(self.resumes);
         t.stats.tnt_bits += self.tnt_bits;
+        t.stats.compressed_rets += self.compressed_rets;
         t.stats.packets += self.tnt_packets;
         t.stats.bytes += self.tnt_packets;
         t.psb_bytes += self.tnt_packets;
