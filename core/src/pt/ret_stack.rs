@@ -25,6 +25,7 @@ impl Default for RetStack {
 
 impl RetStack {
     /// A near CALL retired: remember its NLIP. The oldest entry is dropped when full.
+    #[inline]
     pub fn push(&mut self, nlip: u64) {
         self.entries[self.top] = nlip;
         self.top = (self.top + 1) % RET_STACK_DEPTH;
@@ -33,6 +34,7 @@ impl RetStack {
 
     /// A near RET to `target` retired: if the top entry matches, pop it and return true
     /// (the RET is compressed).
+    #[inline]
     pub fn try_compress(&mut self, target: u64) -> bool {
         if self.len == 0 {
             return false;

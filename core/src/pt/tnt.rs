@@ -15,6 +15,7 @@ pub struct TntBuffer {
 
 impl TntBuffer {
     /// Add one result (true = taken). Returns a full packet's (bits, count) when six are held.
+    #[inline]
     pub fn push(&mut self, taken: bool) -> Option<(u8, u8)> {
         self.bits = (self.bits << 1) | u8::from(taken);
         self.count += 1;
@@ -39,6 +40,7 @@ impl TntBuffer {
     }
 
     /// Take the pending results, oldest in the highest bit, if any.
+    #[inline]
     pub fn take(&mut self) -> Option<(u8, u8)> {
         if self.count == 0 {
             return None;

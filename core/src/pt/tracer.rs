@@ -952,7 +952,7 @@ impl Tracer {
         }
         let period = self.cfg.ctl.psb_period_bytes();
         let psb_room = period.checked_sub(self.psb_bytes).filter(|&r| r > 0)?;
-        Some(SteadyRun { resume_ip: self.resume_ip, resumes: 0, tnt_bits: 0, tnt_packets: 0, compressed_rets: 0, psb_room, t: self })
+        Some(SteadyRun { tnt: self.tnt, resume_ip: self.resume_ip, resumes: 0, tnt_bits: 0, tnt_packets: 0, compressed_rets: 0, psb_room, t: self })
     }
 
     /// After a steady run ended because the PSB period was reached: PSB+ at `ip` (as
@@ -1300,6 +1300,8 @@ impl Tracer {
 /// here until the run ends.
 pub struct SteadyRun<'a> {
     t: &'a mut Tracer,
+    /// The pending TNT results, kept here (in registers) while the run lasts.
+    tnt: super::tnt::TntBuffer,
     resume_ip: u64,
     resumes: u64,
     tnt_bits: u64,
@@ -1319,7 +1321,7 @@ impl SteadyRun<'_> {
         self.resumes += 1;
         self.tnt_bits += u64::from(end.conditional);
         let mut more = true;
-        if let Some((bits, count)) = self.t.tnt.push_if(end.conditional, next != end.fall) {
+        if let Some((bits, count)) = self.tnt.push_if(end.conditional, next != end.fall) {
             super::encode::push_tnt_short(u64::from(bits), count, &mut self.t.out);
             self.tnt_packets += 1;
             self.psb_room -= 1;
@@ -1345,7 +1347,7 @@ impl SteadyRun<'_> {
         self.resumes += 1;
         self.tnt_bits += 1;
         let mut more = true;
-        if let Some((bits, count)) = self.t.tnt.push_if(true, true) {
+        if let Some((bits, count)) = self.tnt.push(true) {
             super::encode::push_tnt_short(u64::from(bits), count, &mut self.t.out);
             self.tnt_packets += 1;
             self.psb_room -= 1;
@@ -1358,6 +1360,7 @@ impl SteadyRun<'_> {
 impl Drop for SteadyRun<'_> {
     fn drop(&mut self) {
         let t = &mut *self.t;
+        t.tnt = self.tnt;
         t.resume_ip = self.resume_ip;
         t.resume_seq = t.resume_seq.wrapping_add(self.resumes);
         t.stats.tnt_bits += self.tnt_bits;
