@@ -86,12 +86,27 @@ pub struct SysBlock {
     /// The last instruction's fixed successors (none for a MOV to CR3, whose context change
     /// takes the general path), for `SystemFlow::steady_run`.
     pub direct: DirectFlow,
+    /// The candidates `successor_pc` chooses from (translation addresses): two, or the same one
+    /// twice; `NO_SUCCESSOR` twice when the last instruction has no successor known at
+    /// translation (indirect and far transfers, software interrupts).
+    succ: [u64; 2],
 }
+
+const NO_SUCCESSOR: u64 = u64::MAX;
 
 impl SysBlock {
     pub fn new(insns: Vec<u64>, last: ClassifiedInsn, writes_cr3: bool) -> Self {
         let direct = if writes_cr3 { DirectFlow::none() } else { DirectFlow::of(&last) };
-        SysBlock { insns, last, writes_cr3, direct }
+        let nlip = last.nlip();
+        let succ = match last.kind {
+            // A REP string instruction repeats or ends.
+            BranchKind::None if last.rep_string => [last.ip, nlip],
+            BranchKind::None => [nlip, nlip],
+            BranchKind::Conditional { target } => [target, nlip],
+            BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => [target, target],
+            _ => [NO_SUCCESSOR, NO_SUCCESSOR],
+        };
+        SysBlock { insns, last, writes_cr3, direct, succ }
     }
 }
 
@@ -168,22 +183,14 @@ impl<B: BlockRef> Executed<B> {
 /// caller reads RIP.
 #[inline]
 pub fn successor_pc(prev: &SysBlock, delta: u64, last_started: u64, next_translated: u64) -> Option<u64> {
-    if last_started != prev.last.ip {
+    let [a, b] = prev.succ;
+    if last_started != prev.last.ip || a == NO_SUCCESSOR {
         return None;
     }
-    let last = prev.last;
-    let nlip = last.nlip();
-    let (a, b) = match last.kind {
-        BranchKind::None if last.rep_string => (last.ip, Some(nlip)),
-        BranchKind::None => (nlip, None),
-        BranchKind::Conditional { target } => (target, Some(nlip)),
-        BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => (target, None),
-        _ => return None,
-    };
     let same_page_offset = |x: u64| (x ^ next_translated) & 0xFFF == 0;
-    let found = match (same_page_offset(a), b.filter(|&b| same_page_offset(b) && b != a)) {
-        (true, None) => a,
-        (false, Some(b)) => b,
+    let found = match (same_page_offset(a), b != a && same_page_offset(b)) {
+        (true, false) => a,
+        (false, true) => b,
         _ => return None,
     };
     Some(found.wrapping_add(delta))

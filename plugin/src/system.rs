@@ -229,6 +229,12 @@ struct BlockInfo {
     /// Per mode slot: the block's end leaves the recorded state (it may change the mode, writes
     /// CR3 or is a far transfer): the next block runs the model (`Shared::record_block`).
     ends_recording: [bool; 3],
+    /// Per mode slot: the block may be only recorded when it runs in that mode (no WRMSR, and
+    /// its decoding in the mode matches QEMU's instruction boundaries).
+    recordable: [bool; 3],
+    /// Without and with IA32_EFER.LMA: the one mode whose decoding matches QEMU's instruction
+    /// boundaries (it proves the mode, `Shared::prove_mode`), if only one does.
+    proves: [Option<ExecMode>; 2],
 }
 
 
@@ -362,8 +368,9 @@ struct Front {
     /// The block that ran last in the mode it ran in, and its `pc_delta` (None: the next block's
     /// address does not follow from it; the model runs it).
     after: Option<(&'static SysBlock, u64)>,
-    /// The tracked execution mode (the model's context; unchanged while blocks are only recorded).
-    mode: ExecMode,
+    /// The slot (`mode_slot`) of the tracked execution mode (the model's context; unchanged
+    /// while blocks are only recorded).
+    slot: usize,
     /// RIP after near indirect transfers.
     regs: Regs,
     last_started: Slot,
@@ -565,7 +572,7 @@ impl Shared {
             if let Some(front) = front {
                 front.budget = self.record_budget(v, front.ring);
                 front.after = v.after.filter(|&(b, _, changes_mode)| !ends_recording(b, changes_mode)).map(|(b, d, _)| (b, d));
-                front.mode = v.tracer.context().mode;
+                front.slot = mode_slot(v.tracer.context().mode);
                 front.mtc = v.msrs.ctl.mtc_en();
                 if front.mtc {
                     front.tsc = host_tsc().unwrap_or(0);
@@ -620,12 +627,12 @@ impl Shared {
         let key = (cs, cr0 & 1, 0);
         let lma = efer & (1 << 10) != 0;
         let proven = &mut v.proven;
+        let lma = usize::from(lma);
         let n = v.flow.steady_run(
             &mut v.tracer,
             recs.iter().map(|r| {
                 // (Also for the block that ends the run: `run_recorded_block` proves the same.)
-                let possible = if lma { r.info.modes } else { ModeSet(r.info.modes.0 & !4) };
-                if let Some(m) = possible.single().filter(|_| key.1 != 0) {
+                if let Some(m) = r.info.proves[lma].filter(|_| key.1 != 0) {
                     *proven = Some((m, key));
                 }
                 (r.pc, r.pc.wrapping_sub(r.info.pc), r.last_started, r.info.by_mode[slot])
@@ -698,8 +705,7 @@ impl Shared {
     /// (`key`, `lma`) stay as they are (the descriptor cache, issue 12).
     #[inline]
     fn prove_mode(v: &mut Vcpu, info: &BlockInfo, key: (u64, u64, u64), lma: bool) {
-        let possible = if lma { info.modes } else { ModeSet(info.modes.0 & !4) };
-        if let Some(m) = possible.single().filter(|_| key.1 != 0) {
+        if let Some(m) = info.proves[usize::from(lma)].filter(|_| key.1 != 0) {
             v.proven = Some((m, key));
         }
     }
@@ -861,7 +867,7 @@ impl Shared {
                 *cell.0.get() = Some(Front {
                     budget: 0,
                     after: None,
-                    mode: ExecMode::Bit64,
+                    slot: mode_slot(ExecMode::Bit64),
                     regs: Regs::discover(),
                     last_started: self.last_started.slot(vcpu),
                     ring,
@@ -884,9 +890,31 @@ impl Shared {
     #[inline(always)]
     fn record_block(front: &mut Front, info: &'static BlockInfo) -> Result<(), u64> {
         let last_started = front.last_started.take(u64::MAX);
+        // The common case inline (a direct successor, no MTC sampling), with few registers.
+        if let Some((prev, delta)) = front.after {
+            let slot = front.slot;
+            if front.budget != 0 && info.recordable[slot] && !front.mtc && !front.ring.flush_wanted() {
+                if let Some(pc) = successor_pc(prev, delta, last_started, info.pc) {
+                    // SAFETY: on the vCPU's own thread, the ring's producer.
+                    if unsafe { front.ring.push(Recorded { info, pc, last_started, tsc: front.tsc }) } {
+                        front.budget -= 1;
+                        front.after = (!info.ends_recording[slot]).then_some((info.by_mode[slot], pc.wrapping_sub(info.pc)));
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Self::record_block_general(front, info, last_started)
+    }
+
+    /// `record_block` for every case (a near indirect transfer reads RIP, MTC samples the host
+    /// TSC), out of line.
+    #[inline(never)]
+    fn record_block_general(front: &mut Front, info: &'static BlockInfo, last_started: u64) -> Result<(), u64> {
         let ring = front.ring;
         let Some((prev, delta)) = front.after else { return Err(last_started) };
-        if front.budget == 0 || ring.flush_wanted() || info.has_wrmsr || !info.modes.contains(front.mode) {
+        let slot = front.slot;
+        if front.budget == 0 || !info.recordable[slot] || ring.flush_wanted() {
             return Err(last_started);
         }
         let pc = match successor_pc(prev, delta, last_started, info.pc) {
@@ -917,7 +945,6 @@ impl Shared {
             return Err(last_started);
         }
         front.budget -= 1;
-        let slot = mode_slot(front.mode);
         front.after = (!info.ends_recording[slot]).then_some((info.by_mode[slot], pc.wrapping_sub(info.pc)));
         Ok(())
     }
@@ -982,7 +1009,10 @@ impl Shared {
         // qemu-plugin crate's closures are leaked the same way).
         let by_mode = [for_mode(16), for_mode(32), for_mode(64)];
         let ends_recording = by_mode.map(|b: &SysBlock| ends_recording(b, changes_mode));
-        let info: &'static BlockInfo = Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, changes_mode, ends_recording }));
+        let recordable = [ExecMode::Bit16, ExecMode::Bit32, ExecMode::Bit64].map(|m| !has_wrmsr && modes.contains(m));
+        let proves = [ModeSet(modes.0 & !4).single(), modes.single()];
+        let info: &'static BlockInfo =
+            Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, changes_mode, ends_recording, recordable, proves }));
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
         let bitness = 64;
@@ -2476,6 +2506,14 @@ extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
         },
         None => None,
     };
+    on_block_model(sh, vcpu, info, last_started);
+}
+
+/// The block callback's path through the model, out of line so that recording a block (the
+/// common case) saves no registers.
+#[cold]
+#[inline(never)]
+fn on_block_model(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo, last_started: Option<u64>) {
     guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info, last_started)));
 }
 
