@@ -104,7 +104,7 @@ fn main() {
         while i < sys.len() {
             // `last_started`: the previous block's last instruction (it was not left early).
             let prev_last = |k: usize| sys[(k + sys.len() - 1) % sys.len()].last.ip;
-            i += flow.steady_run(&mut t, (i..sys.len()).map(|k| (sys[k].insns[0], 0, prev_last(k), sys[k])));
+            i += flow.steady_run(&mut t, (i..sys.len()).map(|k| (sys[k].insns[0], 0, prev_last(k), 0, sys[k])));
             if i < sys.len() {
                 let b = sys[i];
                 flow.block(&mut t, b.insns[0], &[b, b, b], 0, prev_last(i), &mut Cpu);

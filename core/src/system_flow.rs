@@ -303,22 +303,30 @@ impl<B: BlockRef> SystemFlow<B> {
     }
 
     /// A run of blocks, each reached from the one before along a fixed successor (fall-through,
-    /// direct JMP or CALL, either way of a Jcc) or by a RET that compresses, while the tracer is in its steady state (issue
-    /// 13): what `block` does for each of them with Intel PT as the only sink, with the tracer's
-    /// per-block bookkeeping in registers (`Tracer::steady_run`). `blocks` yields, per block,
-    /// its actual start, its `delta` and `last_started` (as for `block`) and its classification
-    /// in the current mode (a run has no far transfer, so the mode does not change). Returns
-    /// how many blocks ran; the first one not run (if the iterator yielded more) is for `block`.
-    pub fn steady_run(&mut self, tracer: &mut Tracer, blocks: impl Iterator<Item = (u64, u64, u64, B)>) -> usize {
+    /// direct JMP or CALL, either way of a Jcc) or by a RET that compresses, while the tracer is
+    /// in its steady state (issue 13): what `block` does for each of them with Intel PT as the
+    /// only sink, with the tracer's per-block bookkeeping in registers
+    /// (`Tracer::steady_run_at_fixed_time`). `blocks` yields, per block, its actual start, its
+    /// `delta` and `last_started` (as for `block`), the time it started at (`set_tsc`; the run
+    /// ends at a block whose time differs from the tracer's: timing packets may be due) and its
+    /// classification in the current mode (a run has no far transfer, so the mode does not
+    /// change). Returns how many blocks ran; the first one not run (if the iterator yielded
+    /// more) is for `block`, after `set_tsc` with its time.
+    pub fn steady_run(&mut self, tracer: &mut Tracer, blocks: impl Iterator<Item = (u64, u64, u64, u64, B)>) -> usize {
         let Position::After(prev) = &self.pos else { return 0 };
         let (mut cur, mut delta) = (prev.block.clone(), prev.delta);
         let mut blocks = blocks.into_iter();
         let mut n = 0;
+        let time = tracer.tsc();
         loop {
-            let Some(mut run) = tracer.steady_run() else { break };
+            let Some(mut run) = tracer.steady_run_at_fixed_time() else { break };
             // Some(pc): the PSB period was reached with the block at `pc` (it ran).
             let psb_at = loop {
-                let Some((pc, d, last_started, b)) = blocks.next() else { break None };
+                let Some((pc, d, last_started, tsc, b)) = blocks.next() else { break None };
+                // The clock moved: timing packets may be due (the general path).
+                if tsc != time {
+                    break None;
+                }
                 // The previous block's last instruction started (QEMU did not leave it early)
                 // and its fixed successors explain this block (or it is a compressed RET).
                 if last_started != cur.last.ip {

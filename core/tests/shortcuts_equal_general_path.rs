@@ -31,9 +31,13 @@ fn config(rng: &mut Rng) -> TraceConfig {
     ctl.set_user(true).set_branch_en(true).set_tsc_en(rng.below(2) == 0).set_dis_retc(rng.below(4) == 0);
     ctl.set_psb_freq(rng.below(3) as u8);
     let mut cfg = TraceConfig { ctl, ..TraceConfig::default() };
-    match rng.below(6) {
+    match rng.below(7) {
         0 => {
             cfg.ctl.set_mtc_en(true).set_cyc_en(true);
+        }
+        3 => {
+            // MTC alone: the shortcuts apply while no MTC is due.
+            cfg.ctl.set_mtc_en(true).set_mtc_freq(rng.below(4) as u8);
         }
         1 => {
             cfg.ctl.set_addr_cfg(0, AddrCfg::Filter);
@@ -250,9 +254,9 @@ fn system_steady_run_equals_blocks_one_at_a_time() {
     // successors with the tracer's bookkeeping in registers) against `SystemFlow::block` one
     // block at a time: PC-relative translations (each block runs at its translation address
     // plus a page-multiple delta), blocks QEMU left early (`last_started` elsewhere), MOV CR3,
-    // REP strings, indirect and far transfers, unexplained successors, PSB periods and
-    // configurations without the steady state, in random batch sizes: the same bytes, flow and
-    // tracer counters and resume point.
+    // REP strings, indirect and far transfers, unexplained successors, PSB periods, a clock
+    // that moves now and then (MTC) and configurations without the steady state, in random
+    // batch sizes: the same bytes, flow and tracer counters and resume point.
     type Flow = SystemFlow<std::sync::Arc<SysBlock>>;
     const DELTAS: [u64; 3] = [0, 0x7f00_0000_0000, 0xffff_8000_0000_0000];
     for seed in 0..300u64 {
@@ -264,14 +268,19 @@ fn system_steady_run_equals_blocks_one_at_a_time() {
         let mut pc = 0x401000 + DELTAS[0];
         batch.enable(pc);
         single.enable(pc);
-        // (actual pc, delta, last_started, block)
+        // (actual pc, delta, last_started, time, block)
         let mut blocks = Vec::new();
+        let mut tsc = 1000;
         let mut calls: Vec<u64> = Vec::new();
         let mut last_started = 0;
         for _ in 0..4000 {
             let delta = DELTAS[rng.below(3) as usize];
             let b = sys_block(&mut rng, pc.wrapping_sub(delta));
-            blocks.push((pc, delta, last_started, b.clone()));
+            // The time moves now and then (a plugin samples the clock every few blocks).
+            if rng.below(8) == 0 {
+                tsc += rng.below(3000);
+            }
+            blocks.push((pc, delta, last_started, tsc, b.clone()));
             let last = b.last.relocated(delta);
             last_started = if rng.below(200) == 0 { b.insns[0] } else { b.last.ip };
             pc = match last.kind {
@@ -299,14 +308,16 @@ fn system_steady_run_equals_blocks_one_at_a_time() {
             let end = (at + 1 + rng.below(700) as usize).min(blocks.len());
             let mut i = at;
             while i < end {
-                i += fb.steady_run(&mut batch, blocks[i..end].iter().map(|(p, d, l, b)| (*p, *d, *l, b.clone())));
+                i += fb.steady_run(&mut batch, blocks[i..end].iter().map(|(p, d, l, t, b)| (*p, *d, *l, *t, b.clone())));
                 if i < end {
-                    let (p, d, l, b) = &blocks[i];
+                    let (p, d, l, t, b) = &blocks[i];
+                    batch.set_tsc(*t);
                     fb.block(&mut batch, *p, &[b.clone(), b.clone(), b.clone()], *d, *l, &mut FixedCpu);
                     i += 1;
                 }
             }
-            for (p, d, l, b) in &blocks[at..end] {
+            for (p, d, l, t, b) in &blocks[at..end] {
+                single.set_tsc(*t);
                 fs.block(&mut single, *p, &[b.clone(), b.clone(), b.clone()], *d, *l, &mut FixedCpu);
             }
             at = end;

@@ -628,6 +628,10 @@ impl Shared {
         let lma = efer & (1 << 10) != 0;
         let proven = &mut v.proven;
         let lma = usize::from(lma);
+        // The time of each block as `run_recorded_block` gives it to the tracer: the vCPU's
+        // sample with MTC, otherwise the tracer's clock as it is (updated after the run).
+        let mtc = v.msrs.ctl.mtc_en();
+        let (offset, now) = (self.tsc_offset.load(Ordering::Relaxed), v.tracer.tsc());
         let n = v.flow.steady_run(
             &mut v.tracer,
             recs.iter().map(|r| {
@@ -635,14 +639,18 @@ impl Shared {
                 if let Some(m) = r.info.proves[lma].filter(|_| key.1 != 0) {
                     *proven = Some((m, key));
                 }
-                (r.pc, r.pc.wrapping_sub(r.info.pc), r.last_started, r.info.by_mode[slot])
+                let time = if mtc { r.tsc.wrapping_sub(offset) } else { now };
+                (r.pc, r.pc.wrapping_sub(r.info.pc), r.last_started, time, r.info.by_mode[slot])
             }),
         );
         let Some(last) = n.checked_sub(1).map(|k| recs[k]) else { return 0 };
-        v.blocks_since_tsc += n as u32;
-        if v.blocks_since_tsc >= 64 {
-            v.blocks_since_tsc = 0;
-            self.update_tsc(v);
+        if !mtc {
+            // (`run_recorded_block` without MTC: the clock every 64 blocks, for PSB+'s TSC.)
+            v.blocks_since_tsc += n as u32;
+            if v.blocks_since_tsc >= 64 {
+                v.blocks_since_tsc = 0;
+                self.update_tsc(v);
+            }
         }
         v.pc_delta = last.pc.wrapping_sub(last.info.pc);
         v.cur_modes = last.info.modes;
@@ -893,10 +901,13 @@ impl Shared {
         // The common case inline (a direct successor, no MTC sampling), with few registers.
         if let Some((prev, delta)) = front.after {
             let slot = front.slot;
-            if front.budget != 0 && info.recordable[slot] && !front.mtc && !front.ring.flush_wanted() {
+            // (MTC: the host TSC is sampled every `MTC_SAMPLE_BLOCKS` blocks, out of line.)
+            let sample_due = front.mtc && front.tsc_countdown <= 1;
+            if front.budget != 0 && info.recordable[slot] && !sample_due && !front.ring.flush_wanted() {
                 if let Some(pc) = successor_pc(prev, delta, last_started, info.pc) {
                     // SAFETY: on the vCPU's own thread, the ring's producer.
                     if unsafe { front.ring.push(Recorded { info, pc, last_started, tsc: front.tsc }) } {
+                        front.tsc_countdown -= u32::from(front.mtc);
                         front.budget -= 1;
                         front.after = (!info.ends_recording[slot]).then_some((info.by_mode[slot], pc.wrapping_sub(info.pc)));
                         return Ok(());

@@ -513,10 +513,23 @@ impl Tracer {
     /// DisTNT clear as well: `direct_steady` records TNT bits unconditionally.
     fn steady(&self) -> bool {
         const CYC_EN: u64 = 1 << 1;
-        const MTC_EN: u64 = 1 << 9;
         const ADDR_CFG: u64 = 0xFFFF << 32;
         const DIS_TNT: u64 = 1 << 55;
-        self.ibuf.is_none() && self.cfg.ctl.0 & (CYC_EN | MTC_EN | ADDR_CFG | DIS_TNT) == 0 && !self.no_shortcuts
+        self.ibuf.is_none() && self.cfg.ctl.0 & (CYC_EN | ADDR_CFG | DIS_TNT) == 0 && !self.no_shortcuts && self.mtc_quiet()
+    }
+
+    /// No MTC is due at the current time: MTCEn = 0, or the CTC bit MTCFreq selects has not
+    /// moved since the last timing evaluation (`timing_packets` would send nothing and change
+    /// nothing).
+    #[inline]
+    fn mtc_quiet(&self) -> bool {
+        let ctl = self.cfg.ctl;
+        !ctl.mtc_en() || self.last_mtc_ctc == Some(self.art() >> ctl.mtc_freq())
+    }
+
+    /// The time the tracer was last given (`set_tsc`).
+    pub fn tsc(&self) -> u64 {
+        self.tsc
     }
 
     /// TriggerEn = TraceEn & !Stopped (no PTTT/trigger inputs are modelled).
@@ -947,6 +960,16 @@ impl Tracer {
     /// the tracer is not in that state (the caller takes the general path).
     #[inline]
     pub fn steady_run(&mut self) -> Option<SteadyRun<'_>> {
+        if self.cfg.ctl.mtc_en() {
+            return None; // (the caller's clock moves during the run)
+        }
+        self.steady_run_at_fixed_time()
+    }
+
+    /// As `steady_run`, for a caller that does not change the time (`set_tsc`) while the run
+    /// lasts: then MTC packets are possible only if one is due already (`mtc_quiet`).
+    #[inline]
+    pub fn steady_run_at_fixed_time(&mut self) -> Option<SteadyRun<'_>> {
         if !(self.packet_en && self.steady() && self.log.is_none() && self.trigger_en()) {
             return None;
         }
