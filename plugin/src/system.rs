@@ -621,6 +621,14 @@ impl Shared {
         if !(v.tracer.trace_en() && v.output_active) {
             return 0;
         }
+        // The time of each block as `run_recorded_block` gives it to the tracer: the vCPU's
+        // sample with MTC; otherwise the clock read every 64 blocks (for the TSC of PSB+), so a
+        // run ends before the block at which `run_recorded_block` reads it.
+        let mtc = v.msrs.ctl.mtc_en();
+        let recs = if mtc { recs } else { &recs[..recs.len().min(63u32.saturating_sub(v.blocks_since_tsc) as usize)] };
+        if recs.is_empty() {
+            return 0;
+        }
         let mode = v.tracer.context().mode;
         let slot = mode_slot(mode);
         let (cs, cr0, efer) = v.mode_regs.unwrap_or_default();
@@ -628,9 +636,6 @@ impl Shared {
         let lma = efer & (1 << 10) != 0;
         let proven = &mut v.proven;
         let lma = usize::from(lma);
-        // The time of each block as `run_recorded_block` gives it to the tracer: the vCPU's
-        // sample with MTC, otherwise the tracer's clock as it is (updated after the run).
-        let mtc = v.msrs.ctl.mtc_en();
         let (offset, now) = (self.tsc_offset.load(Ordering::Relaxed), v.tracer.tsc());
         let n = v.flow.steady_run(
             &mut v.tracer,
@@ -645,12 +650,7 @@ impl Shared {
         );
         let Some(last) = n.checked_sub(1).map(|k| recs[k]) else { return 0 };
         if !mtc {
-            // (`run_recorded_block` without MTC: the clock every 64 blocks, for PSB+'s TSC.)
-            v.blocks_since_tsc += n as u32;
-            if v.blocks_since_tsc >= 64 {
-                v.blocks_since_tsc = 0;
-                self.update_tsc(v);
-            }
+            v.blocks_since_tsc += n as u32; // (< 64: see above)
         }
         v.pc_delta = last.pc.wrapping_sub(last.info.pc);
         v.cur_modes = last.info.modes;
