@@ -117,12 +117,14 @@ for elf in "$bin"/t_*.elf; do
     fi
     mem_note="${mem_note:+$mem_note; }MODE.Exec $modes_got as expected"
   fi
-  ips_want=$(sed -n 's|^// host-check: ip-payloads *||p' "$top/tests/guest/$name.c" | head -1)
+  ips_want=$(sed -n 's|^// host-check: ip-payloads\(-below [0-9a-fA-Fx]*\)\{0,1\} *||p' "$top/tests/guest/$name.c" | head -1)
+  ips_below=$(sed -n 's|^// host-check: ip-payloads-below \([0-9a-fA-Fx]*\).*|\1|p' "$top/tests/guest/$name.c" | head -1)
   if [ -n "$ips_want" ]; then
-    # The IP payloads below 10000H (those of 16-bit and real-mode code) of TIP, TIP.PGE and FUP
-    # in stream order, as the decoder reconstructs them from the packets (`pttrace dump`): with
-    # CPUID.14H:ECX[31] LIP = 0 offsets from the CS base (SDM Vol. 3C §33.3.1.1). Each expected
-    # value is an arithmetic expression in which @SYMBOL is the symbol's address in the guest.
+    # The IP payloads below 10000H (those of 16-bit and real-mode code; `ip-payloads-below N`:
+    # below N) of TIP, TIP.PGE and FUP in stream order, as the decoder reconstructs them from the
+    # packets (`pttrace dump`): with CPUID.14H:ECX[31] LIP = 0 offsets from the CS base (SDM
+    # Vol. 3C §33.3.1.1). Each expected value is an arithmetic expression in which @SYMBOL is
+    # the symbol's address in the guest.
     want=""
     for e in $ips_want; do
       for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$e" | sort -u); do
@@ -131,12 +133,14 @@ for elf in "$bin"/t_*.elf; do
       done
       want="$want${want:+ }$(printf '%x' $((e)))"
     done
-    ips_got=$("$tool" dump "$dir/thread-1.pt" 2>/dev/null | awk '
-      $2 ~ /^(tip|tip\.pge|fup)$/ && $NF !~ /suppressed/ { v = $NF; sub(/^0+/, "", v); if (length(v) <= 4) { printf "%s%s", sep, (v == "" ? "0" : v); sep = " " } }')
+    limit=$((${ips_below:-0x10000}))
+    ips_got=$("$tool" dump "$dir/thread-1.pt" 2>/dev/null | awk -v limit="$limit" '
+      function h(x,   i, v) { v = 0; x = tolower(x); for (i = 1; i <= length(x); i++) v = v * 16 + index("0123456789abcdef", substr(x, i, 1)) - 1; return v }
+      $2 ~ /^(tip|tip\.pge|fup)$/ && $NF !~ /suppressed/ { v = $NF; sub(/^0+/, "", v); if (h(v) < limit) { printf "%s%s", sep, (v == "" ? "0" : v); sep = " " } }')
     if [ "$ips_got" != "$want" ]; then
-      echo "FAIL $name: IP payloads below 10000H: got '$ips_got', expected '$want'"; fail=1; continue
+      echo "FAIL $name: IP payloads below $(printf '%x' "$limit")H: got '$ips_got', expected '$want'"; fail=1; continue
     fi
-    mem_note="${mem_note:+$mem_note; }IP payloads of the 16-bit code $ips_got as expected"
+    mem_note="${mem_note:+$mem_note; }IP payloads below $(printf '%x' "$limit")H (offsets from CS bases) $ips_got as expected"
   fi
   if grep -q '^// host-check: rerun' "$top/tests/guest/$name.c"; then
     # Deterministic model: the same guest with the same options gives the same bytes.
@@ -278,6 +282,10 @@ for elf in "$bin"/t_*.elf; do
     decoder=decode
     # `// pt-decode: ARGS` adds decode arguments (e.g. --cs-base for offsets from a CS base).
     decoder_args=$(sed -n 's|^// pt-decode: *||p' "$top/tests/guest/$name.c" | head -1)
+    for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$decoder_args" | sort -u); do
+      addr=$(nm "${elf%.elf}.elf64" | awk -v s="${sym#@}" '$3 == s { sub(/^0+/, "", $1); print $1 }')
+      decoder_args=${decoder_args//$sym/$addr}
+    done
     if [ -f "$dir/thread-$t.rtit" ]; then
       decoder=rtit-decode # the project's RTIT decoder (no public one exists)
       # RTIT carries no mode: `// rtit-decode: --bits N --code16 A-B` tells the decoder.
