@@ -142,6 +142,13 @@ for elf in "$bin"/t_*.elf; do
     fi
     mem_note="${mem_note:+$mem_note; }IP payloads below $(printf '%x' "$limit")H (offsets from CS bases) $ips_got as expected"
   fi
+  # `// pt-decode: ARGS` adds decode arguments (e.g. --cs-base for offsets from a CS base; @SYMBOL
+  # is the symbol's address).
+  pt_decode_args=$(sed -n 's|^// pt-decode: *||p' "$top/tests/guest/$name.c" | head -1)
+  for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$pt_decode_args" | sort -u); do
+    addr=$(nm "${elf%.elf}.elf64" | awk -v s="${sym#@}" '$3 == s { sub(/^0+/, "", $1); print $1 }')
+    pt_decode_args=${pt_decode_args//$sym/$addr}
+  done
   if grep -q '^// host-check: rerun' "$top/tests/guest/$name.c"; then
     # Deterministic model: the same guest with the same options gives the same bytes.
     # shellcheck disable=SC2086
@@ -195,14 +202,16 @@ for elf in "$bin"/t_*.elf; do
   fi
   if grep -q '^// host-check: decode' "$top/tests/guest/$name.c"; then
     # Every vCPU's complete stream (all sessions) decodes with libipt without an error.
-    if ! "$tool" decode "$dir" --summary >/dev/null 2>"$dir/decode-summary.txt"; then
+    # shellcheck disable=SC2086
+    if ! "$tool" decode "$dir" --summary $pt_decode_args >/dev/null 2>"$dir/decode-summary.txt"; then
       echo "FAIL $name: decode errors:"; grep -i -m5 error "$dir/decode-summary.txt"; fail=1; continue
     fi
     insns=$(sed -n 's/.* \([0-9][0-9]*\) instructions.*/\1/p' "$dir/decode-summary.txt" | paste -sd, -)
     if [ -f "$dir/thread-1.truth" ] && [ ! -f "$dir/thread-2.truth" ]; then
       # With overflows the decoded flow has gaps: it must still be an ordered subsequence of the
       # executed instructions (the ground truth), each stretch exactly as executed.
-      "$tool" decode "$dir" --thread 1 >"$dir/decoded-1.txt" 2>/dev/null
+      # shellcheck disable=SC2086
+      "$tool" decode "$dir" --thread 1 $pt_decode_args >"$dir/decoded-1.txt" 2>/dev/null
       sub=$(awk -f "$top/tests/ordered-subsequence.awk" "$dir/thread-1.truth" "$dir/decoded-1.txt")
       if ! [ "$sub" -gt 0 ] 2>/dev/null; then
         echo "FAIL $name: the decoded flow is not a subsequence of the ground truth"; fail=1; continue
@@ -280,12 +289,7 @@ for elf in "$bin"/t_*.elf; do
       $1 == on { inside = 1 }' "$truth" >"$dir/expected-$t.txt"
     [ -s "$dir/expected-$t.txt" ] || continue
     decoder=decode
-    # `// pt-decode: ARGS` adds decode arguments (e.g. --cs-base for offsets from a CS base).
-    decoder_args=$(sed -n 's|^// pt-decode: *||p' "$top/tests/guest/$name.c" | head -1)
-    for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$decoder_args" | sort -u); do
-      addr=$(nm "${elf%.elf}.elf64" | awk -v s="${sym#@}" '$3 == s { sub(/^0+/, "", $1); print $1 }')
-      decoder_args=${decoder_args//$sym/$addr}
-    done
+    decoder_args=$pt_decode_args
     if [ -f "$dir/thread-$t.rtit" ]; then
       decoder=rtit-decode # the project's RTIT decoder (no public one exists)
       # RTIT carries no mode: `// rtit-decode: --bits N --code16 A-B` tells the decoder.

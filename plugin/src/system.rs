@@ -303,8 +303,11 @@ struct Vcpu {
     proven: Option<(ExecMode, (u64, u64, u64))>,
     /// The CS base of the descriptor cache (`pttrace_core::cs_base`): established at the first
     /// block that records after CS may have been loaded, kept until the next load (a GDT entry
-    /// rewritten in memory or MOV CR0 does not change it). `cs_base_valid` is false until then.
+    /// rewritten in memory or MOV CR0 does not change it), with the selector it was established
+    /// for. `cs_base_valid` is false until then, and while blocks run unseen (a load of another
+    /// selector is noticed by its value then).
     cs_base: u64,
+    cs_base_sel: u64,
     cs_base_valid: bool,
     /// IDTR.base as last loaded by LIDT (to re-deliver a faulting RDPMC's #UD as #GP).
     idt_base: Option<u64>,
@@ -802,6 +805,7 @@ impl Shared {
             cur_modes: ModeSet::ALL,
             proven: None,
             cs_base: 0,
+            cs_base_sel: u64::MAX,
             cs_base_valid: false,
             idt_base: None,
             pending: Pending::default(),
@@ -1103,11 +1107,16 @@ impl Shared {
             (v.regs.get("cs").unwrap_or(0), v.regs.get("cr0").unwrap_or(0), v.regs.get("efer").unwrap_or(0))
         });
         // The CS base of the descriptor cache, where CS may just have been loaded (issue 12).
-        if v.flow.cs_may_have_been_loaded() || !v.cs_base_valid {
-            if exact {
-                Self::load_cs_base(v, info, cs, cr0, efer);
-            } else {
+        let cs_loaded = v.flow.cs_may_have_been_loaded();
+        if cs_loaded || !v.cs_base_valid {
+            if !exact {
                 v.cs_base_valid = false;
+            } else if !cs_loaded && cr0 & (1 << 31) != 0 && cs == v.cs_base_sel {
+                // Blocks ran unseen and CS holds the same selector: the cached base (with
+                // paging the block's address does not tell it exactly).
+                v.cs_base_valid = true;
+            } else {
+                Self::load_cs_base(v, info, cs, cr0, efer);
             }
         }
         // RIP is CS-relative and the block's address linear (CS base + EIP). Without paging
@@ -1152,6 +1161,7 @@ impl Shared {
             lma,
             descriptor,
         });
+        v.cs_base_sel = cs;
         v.cs_base_valid = true;
     }
 
@@ -1160,14 +1170,20 @@ impl Shared {
         v.gdt_base.filter(|_| cs & 4 == 0).and_then(|b| guest::read_u64(b + (cs & !7)))
     }
 
-    /// Before tracing starts at a WRMSR: the CS base when no block established it since CS may
-    /// have been loaded unseen (block callbacks were off): `cs_base::base_from_selector`.
+    /// Before tracing starts at a WRMSR: the CS base when no block established it since blocks
+    /// ran unseen (block callbacks were off). The cached one while CS holds the selector it was
+    /// established for (e.g. real mode still using a protected-mode base), else
+    /// `cs_base::base_from_selector`; a reload of the same selector with another base while no
+    /// block was seen goes unnoticed (see README).
     fn ensure_cs_base(v: &mut Vcpu) {
         if !v.cs_base_valid {
             let cs = v.regs.get("cs").unwrap_or(0);
-            let pe = v.regs.get("cr0").unwrap_or(0) & 1 != 0;
-            let lma = v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0;
-            v.cs_base = cs_base::base_from_selector(cs, pe, lma, Self::cs_descriptor(v, cs));
+            if cs != v.cs_base_sel {
+                let pe = v.regs.get("cr0").unwrap_or(0) & 1 != 0;
+                let lma = v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0;
+                v.cs_base = cs_base::base_from_selector(cs, pe, lma, Self::cs_descriptor(v, cs));
+                v.cs_base_sel = cs;
+            }
             v.cs_base_valid = true;
         }
     }

@@ -42,7 +42,7 @@ void m32_main(void)
     CHECK(ecx & (1u << 2)); /* DTES64 */
     static const uint32_t msr[4] = { MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL };
     static const uint32_t val[4] = { DEBUGCTL_TR | DEBUGCTL_BTS, 0, DEBUGCTL_TR | DEBUGCTL_BTS, 0 };
-    based_setup(msr, val);
+    based_setup(msr, val, 0);
     ds.bts_base = ds.bts_index = (uint32_t)rec;
     ds.bts_max = (uint32_t)rec + SLOTS * sizeof(struct bts_record);
     ds.bts_threshold = ds.bts_max + sizeof(struct bts_record);

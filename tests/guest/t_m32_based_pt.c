@@ -46,7 +46,7 @@ void m32_main(void)
     uint32_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN;
     static const uint32_t msr[4] = { MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL };
     const uint32_t val[4] = { ctl | RTIT_CTL_TRACEEN, ctl, ctl | RTIT_CTL_TRACEEN, ctl };
-    based_setup(msr, val);
+    based_setup(msr, val, 0);
     wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint32_t)buf);
     wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
     wrmsr(MSR_IA32_RTIT_STATUS, 0);

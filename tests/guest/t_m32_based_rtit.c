@@ -46,7 +46,7 @@ void m32_main(void)
     wrmsr(RTIT_CTL, ctl);
     static const uint32_t msr[4] = { RTIT_CTL, MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL, RTIT_CTL };
     const uint32_t val[4] = { ctl | ATOM_CTL_TRACE_EN | ATOM_CTL_TRACE_ACTIVE, 0, 0, ctl };
-    based_setup(msr, val);
+    based_setup(msr, val, 0);
     based_trip();
     puts_serial("trip BX "); put_hex(based_bx); putc_serial('\n');
     CHECK(based_bx == BASED_EXPECTED_BX);

@@ -39,8 +39,9 @@
 #define BASED_B32 0xF0000u   /* base of 18H */
 #define BASED_BR  0x10000u   /* real-mode segment 1000H */
 
-/* ECX[0..3], then EAX[0..3] of the WRMSRs at START, PAUSE, RESUME, END (EDX = 0). */
+/* ECX[0..3], then EAX[0..3] of the WRMSRs at START, PAUSE, RESUME, END; EDX of all four. */
 uint32_t based_regs[8];
+uint32_t based_edx;
 uint64_t based_gdt[5] __attribute__((aligned(8))) = {
     0,
     0x00CF9A000000FFFFull, /* 08H: code, 32-bit, base 0, 4 GiB */
@@ -78,7 +79,7 @@ asm(".text\n\t"
     "push %esi\n\t"
     "push %edi\n\t"
     "xor %ebx, %ebx\n\t"
-    "xor %edx, %edx\n\t"
+    "mov based_edx, %edx\n\t"
     "mov based_regs, %ecx\n\t"
     "mov based_regs+16, %eax\n\t"
     "jmp 1f\n"
@@ -132,7 +133,7 @@ asm(".text\n\t"
     "call bf32\n\t"
     "mov based_regs+12, %ecx\n\t"
     "mov based_regs+28, %eax\n\t"
-    "xor %edx, %edx\n\t"
+    "mov based_edx, %edx\n\t"
     "jmp 1f\n"
     "1:\n"
     ".globl " BASED_W_END "\n" BASED_W_END ": wrmsr\n\t"
@@ -196,8 +197,9 @@ extern char based_part[], bp_ljmp1[], bp_s32[], bp_jmp32[], bp_ind32[], bp_int[]
 
 /* The GDT (20H's base: based16_start), the IDT (vector 30H: 32-bit interrupt gate 18H:bh32 - F0000H), CR3 and CR4.PSE for
  * Part 2's paging; the WRMSRs' registers. */
-static inline void based_setup(const uint32_t msr[4], const uint32_t value[4])
+static inline void based_setup(const uint32_t msr[4], const uint32_t value[4], uint32_t edx)
 {
+    based_edx = edx;
     uint32_t b16 = (uint32_t)based16_start;
     based_gdt[4] |= ((uint64_t)(b16 & 0xFFFFFF) << 16) | ((uint64_t)(b16 >> 24) << 56);
     CHECK((uint32_t)based_pd + 4096 <= 0x400000 && (uint32_t)based_regs < 0x400000);
