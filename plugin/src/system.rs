@@ -1108,6 +1108,7 @@ impl Shared {
         });
         // The CS base of the descriptor cache, where CS may just have been loaded (issue 12).
         let cs_loaded = v.flow.cs_may_have_been_loaded();
+        let mut rip = None;
         if cs_loaded || !v.cs_base_valid {
             if !exact {
                 v.cs_base_valid = false;
@@ -1116,7 +1117,7 @@ impl Shared {
                 // paging the block's address does not tell it exactly).
                 v.cs_base_valid = true;
             } else {
-                Self::load_cs_base(v, info, cs, cr0, efer);
+                rip = Some(Self::load_cs_base(v, info, cs, cr0, efer));
             }
         }
         // RIP is CS-relative and the block's address linear (CS base + EIP). Without paging
@@ -1126,7 +1127,7 @@ impl Shared {
         let pc = if paging && exact {
             after
                 .and_then(|(prev, delta, _)| successor_pc(prev, delta, last_started, info.pc))
-                .unwrap_or_else(|| v.regs.get("rip").map_or(info.pc, |rip| cs_base::linear(v.cs_base, rip)))
+                .unwrap_or_else(|| rip.or_else(|| v.regs.get("rip")).map_or(info.pc, |rip| cs_base::linear(v.cs_base, rip)))
         } else {
             info.pc
         };
@@ -1148,8 +1149,9 @@ impl Shared {
     /// CS may just have been loaded (or nothing is known): establish the descriptor cache's base
     /// from what QEMU runs (`cs_base::base_at_load`). The descriptor is read only with paging
     /// (without, the block's address minus RIP is exact) and not for 64-bit kernels' flat code
-    /// (IA-32e mode, translated at RIP: base 0 without a GDT read on every event).
-    fn load_cs_base(v: &mut Vcpu, info: &BlockInfo, cs: u64, cr0: u64, efer: u64) {
+    /// (IA-32e mode, translated at RIP: base 0 without a GDT read on every event). Returns the
+    /// RIP it read.
+    fn load_cs_base(v: &mut Vcpu, info: &BlockInfo, cs: u64, cr0: u64, efer: u64) -> u64 {
         let rip = v.regs.get("rip").unwrap_or(info.pc);
         let (pe, paging, lma) = (cr0 & 1 != 0, cr0 & (1 << 31) != 0, efer & (1 << 10) != 0);
         let descriptor = if paging && pe && !(lma && rip == info.pc) { Self::cs_descriptor(v, cs) } else { None };
@@ -1163,6 +1165,7 @@ impl Shared {
         });
         v.cs_base_sel = cs;
         v.cs_base_valid = true;
+        rip
     }
 
     /// The descriptor of selector `cs` in the GDT last loaded by LGDT, if it is in RAM.
