@@ -2219,9 +2219,12 @@ impl Shared {
             // The handler's code segment (real mode: the IVT's CS) for the event's TIP; with
             // TraceEn = 0 no IP payload depends on it (the handler's block sets it).
             if sink.pt.trace_en() {
-                // QEMU reports the handler's linear address; RIP holds its offset.
-                let rip = v.regs.get("rip").unwrap_or(to);
-                sink.pt.stage_ip_base(sh.ip_base(cs_base::base_at_event(to, rip)));
+                // QEMU reports the handler's linear address; RIP holds its offset. In IA-32e mode
+                // (known from the interrupted code) the handler is 64-bit code: base 0, no read.
+                let ia32e = sink.pt.context().mode == ExecMode::Bit64
+                    || v.mode_regs.is_some_and(|(_, _, efer)| efer & (1 << 10) != 0);
+                let base = if ia32e { 0 } else { cs_base::base_at_event(to, v.regs.get("rip").unwrap_or(to)) };
+                sink.pt.stage_ip_base(sh.ip_base(base));
             }
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {
