@@ -117,12 +117,14 @@ for elf in "$bin"/t_*.elf; do
     fi
     mem_note="${mem_note:+$mem_note; }MODE.Exec $modes_got as expected"
   fi
-  ips_want=$(sed -n 's|^// host-check: ip-payloads *||p' "$top/tests/guest/$name.c" | head -1)
+  ips_want=$(sed -n 's|^// host-check: ip-payloads\(-below [0-9a-fA-Fx]*\)\{0,1\} *||p' "$top/tests/guest/$name.c" | head -1)
+  ips_below=$(sed -n 's|^// host-check: ip-payloads-below \([0-9a-fA-Fx]*\).*|\1|p' "$top/tests/guest/$name.c" | head -1)
   if [ -n "$ips_want" ]; then
-    # The IP payloads below 10000H (those of 16-bit and real-mode code) of TIP, TIP.PGE and FUP
-    # in stream order, as the decoder reconstructs them from the packets (`pttrace dump`): with
-    # CPUID.14H:ECX[31] LIP = 0 offsets from the CS base (SDM Vol. 3C §33.3.1.1). Each expected
-    # value is an arithmetic expression in which @SYMBOL is the symbol's address in the guest.
+    # The IP payloads below 10000H (those of 16-bit and real-mode code; `ip-payloads-below N`:
+    # below N) of TIP, TIP.PGE and FUP in stream order, as the decoder reconstructs them from the
+    # packets (`pttrace dump`): with CPUID.14H:ECX[31] LIP = 0 offsets from the CS base (SDM
+    # Vol. 3C §33.3.1.1). Each expected value is an arithmetic expression in which @SYMBOL is
+    # the symbol's address in the guest.
     want=""
     for e in $ips_want; do
       for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$e" | sort -u); do
@@ -131,13 +133,22 @@ for elf in "$bin"/t_*.elf; do
       done
       want="$want${want:+ }$(printf '%x' $((e)))"
     done
-    ips_got=$("$tool" dump "$dir/thread-1.pt" 2>/dev/null | awk '
-      $2 ~ /^(tip|tip\.pge|fup)$/ && $NF !~ /suppressed/ { v = $NF; sub(/^0+/, "", v); if (length(v) <= 4) { printf "%s%s", sep, (v == "" ? "0" : v); sep = " " } }')
+    limit=$((${ips_below:-0x10000}))
+    ips_got=$("$tool" dump "$dir/thread-1.pt" 2>/dev/null | awk -v limit="$limit" '
+      function h(x,   i, v) { v = 0; x = tolower(x); for (i = 1; i <= length(x); i++) v = v * 16 + index("0123456789abcdef", substr(x, i, 1)) - 1; return v }
+      $2 ~ /^(tip|tip\.pge|fup)$/ && $NF !~ /suppressed/ { v = $NF; sub(/^0+/, "", v); if (h(v) < limit) { printf "%s%s", sep, (v == "" ? "0" : v); sep = " " } }')
     if [ "$ips_got" != "$want" ]; then
-      echo "FAIL $name: IP payloads below 10000H: got '$ips_got', expected '$want'"; fail=1; continue
+      echo "FAIL $name: IP payloads below $(printf '%x' "$limit")H: got '$ips_got', expected '$want'"; fail=1; continue
     fi
-    mem_note="${mem_note:+$mem_note; }IP payloads of the 16-bit code $ips_got as expected"
+    mem_note="${mem_note:+$mem_note; }IP payloads below $(printf '%x' "$limit")H (offsets from CS bases) $ips_got as expected"
   fi
+  # `// pt-decode: ARGS` adds decode arguments (e.g. --cs-base for offsets from a CS base; @SYMBOL
+  # is the symbol's address).
+  pt_decode_args=$(sed -n 's|^// pt-decode: *||p' "$top/tests/guest/$name.c" | head -1)
+  for sym in $(grep -o '@[A-Za-z_][A-Za-z0-9_]*' <<<"$pt_decode_args" | sort -u); do
+    addr=$(nm "${elf%.elf}.elf64" | awk -v s="${sym#@}" '$3 == s { sub(/^0+/, "", $1); print $1 }')
+    pt_decode_args=${pt_decode_args//$sym/$addr}
+  done
   if grep -q '^// host-check: rerun' "$top/tests/guest/$name.c"; then
     # Deterministic model: the same guest with the same options gives the same bytes.
     # shellcheck disable=SC2086
@@ -191,14 +202,16 @@ for elf in "$bin"/t_*.elf; do
   fi
   if grep -q '^// host-check: decode' "$top/tests/guest/$name.c"; then
     # Every vCPU's complete stream (all sessions) decodes with libipt without an error.
-    if ! "$tool" decode "$dir" --summary >/dev/null 2>"$dir/decode-summary.txt"; then
+    # shellcheck disable=SC2086
+    if ! "$tool" decode "$dir" --summary $pt_decode_args >/dev/null 2>"$dir/decode-summary.txt"; then
       echo "FAIL $name: decode errors:"; grep -i -m5 error "$dir/decode-summary.txt"; fail=1; continue
     fi
     insns=$(sed -n 's/.* \([0-9][0-9]*\) instructions.*/\1/p' "$dir/decode-summary.txt" | paste -sd, -)
     if [ -f "$dir/thread-1.truth" ] && [ ! -f "$dir/thread-2.truth" ]; then
       # With overflows the decoded flow has gaps: it must still be an ordered subsequence of the
       # executed instructions (the ground truth), each stretch exactly as executed.
-      "$tool" decode "$dir" --thread 1 >"$dir/decoded-1.txt" 2>/dev/null
+      # shellcheck disable=SC2086
+      "$tool" decode "$dir" --thread 1 $pt_decode_args >"$dir/decoded-1.txt" 2>/dev/null
       sub=$(awk -f "$top/tests/ordered-subsequence.awk" "$dir/thread-1.truth" "$dir/decoded-1.txt")
       if ! [ "$sub" -gt 0 ] 2>/dev/null; then
         echo "FAIL $name: the decoded flow is not a subsequence of the ground truth"; fail=1; continue
@@ -276,8 +289,7 @@ for elf in "$bin"/t_*.elf; do
       $1 == on { inside = 1 }' "$truth" >"$dir/expected-$t.txt"
     [ -s "$dir/expected-$t.txt" ] || continue
     decoder=decode
-    # `// pt-decode: ARGS` adds decode arguments (e.g. --cs-base for offsets from a CS base).
-    decoder_args=$(sed -n 's|^// pt-decode: *||p' "$top/tests/guest/$name.c" | head -1)
+    decoder_args=$pt_decode_args
     if [ -f "$dir/thread-$t.rtit" ]; then
       decoder=rtit-decode # the project's RTIT decoder (no public one exists)
       # RTIT carries no mode: `// rtit-decode: --bits N --code16 A-B` tells the decoder.

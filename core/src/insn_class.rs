@@ -5,7 +5,7 @@
 //! so the execution-time hot path only looks at a precomputed `BranchKind`.
 
 use crate::pt::packet::ExecMode;
-use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, OpKind};
 
 /// Far transfers (§33.2.1.3) by instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -268,7 +268,22 @@ pub fn classify(bytes: &[u8], ip: u64, bitness: u32) -> Option<ClassifiedInsn> {
         return None;
     }
     let rep_string = (insn.has_rep_prefix() || insn.has_repne_prefix()) && insn.is_string_instruction();
-    Some(ClassifiedInsn { ip, len: insn.len() as u8, kind: kind_of(&insn), rep_string })
+    let mut kind = kind_of(&insn);
+    if insn.op0_kind() == OpKind::NearBranch16 {
+        // A near branch with a 16-bit operand size: "EIP <- tempEIP AND 0000FFFFH" (SDM JMP,
+        // CALL, Jcc) wraps the offset in CS, while `ip` is linear (CS base + IP, the base not
+        // known here). The displacement is kept instead: exact unless the offset wraps at 64 KiB
+        // (issue 12: 16-bit code above linear 10000H, e.g. a segment based at 100000H).
+        let next = ip.wrapping_add(insn.len() as u64);
+        let fix = |t: u64| next.wrapping_add(t.wrapping_sub(next) as u16 as i16 as i64 as u64);
+        kind = match kind {
+            BranchKind::Conditional { target } => BranchKind::Conditional { target: fix(target) },
+            BranchKind::DirectJump { target } => BranchKind::DirectJump { target: fix(target) },
+            BranchKind::DirectCall { target } => BranchKind::DirectCall { target: fix(target) },
+            k => k,
+        };
+    }
+    Some(ClassifiedInsn { ip, len: insn.len() as u8, kind, rep_string })
 }
 
 fn kind_of(insn: &Instruction) -> BranchKind {
@@ -376,7 +391,15 @@ pub fn choose_mode(descriptor: Option<ExecMode>, consistent: ModeSet, lma: bool,
         possible = ModeSet(possible.0 & !4);
     }
     if !pe {
-        return ExecMode::Bit16;
+        // Real mode: CS.D is what the descriptor cache holds (a real-mode load of CS changes its
+        // selector and base only; clearing CR0.PE keeps a 32-bit CS 32-bit, SDM Vol. 3A §9.9.2),
+        // so the caller gives the cached mode as `descriptor`; the block's boundaries come first,
+        // as in protected mode: QEMU then translates 32-bit code with CR0.PE = 0 (issue 12).
+        if let Some(m) = possible.single() {
+            return m;
+        }
+        let cached = if descriptor == Some(ExecMode::Bit32) { ExecMode::Bit32 } else { ExecMode::Bit16 };
+        return if possible.contains(cached) || possible.0 == 0 { cached } else { ExecMode::Bit16 };
     }
     if let Some(m) = possible.single() {
         return m;
@@ -489,8 +512,8 @@ mod tests {
         assert_eq!(choose_mode(Some(Bit16), m(6), false, true, None), Bit32);
         // Live mode consistent: kept.
         assert_eq!(choose_mode(Some(Bit64), m(6), true, true, None), Bit64);
-        // Real mode is 16-bit whatever.
-        assert_eq!(choose_mode(Some(Bit32), m(7), false, false, None), Bit16);
+        // Real mode: 16-bit code unless the cached CS is a 32-bit one.
+        assert_eq!(choose_mode(Some(Bit16), m(7), false, false, None), Bit16);
         // Ambiguous: proven mode wins over the inconsistent descriptor.
         assert_eq!(choose_mode(Some(Bit64), m(3), false, true, Some(Bit16)), Bit16);
         assert_eq!(choose_mode(Some(Bit64), m(3), false, true, None), Bit32);
@@ -503,6 +526,38 @@ mod tests {
         assert_eq!(choose_mode(None, m(6), true, true, Some(Bit32)), Bit32);
         assert_eq!(choose_mode(None, m(6), true, true, None), Bit64);
         assert_eq!(choose_mode(None, m(7), false, true, None), Bit32);
+    }
+
+    #[test]
+    fn sixteen_bit_branch_targets_in_a_segment_based_above_64_kib() {
+        // `call f16` (E8 rel16) and `jmp short` at linear 100128H in a 16-bit segment with base
+        // 100128H: the targets are linear too (the offset, not the linear address, wraps).
+        let call = classify(&[0xE8, 0x07, 0x00], 0x10_0128, 16).unwrap();
+        assert_eq!(call.kind, BranchKind::DirectCall { target: 0x10_0132 });
+        let back = classify(&[0xEB, 0xFC], 0x10_0128, 16).unwrap();
+        assert_eq!(back.kind, BranchKind::DirectJump { target: 0x10_0126 });
+        let jcc = classify(&[0x75, 0x10], 0x2_FFF0, 16).unwrap();
+        assert_eq!(jcc.kind, BranchKind::Conditional { target: 0x3_0002 });
+        // 32-bit operand size in 16-bit code (66 E9 rel32): not wrapped at 64 KiB.
+        let jmp32 = classify(&[0x66, 0xE9, 0x00, 0x10, 0x00, 0x00], 0x10_0000, 16).unwrap();
+        assert_eq!(jmp32.kind, BranchKind::DirectJump { target: 0x10_1006 });
+    }
+
+    #[test]
+    fn real_mode_with_a_32bit_cs_still_cached_runs_32bit_code() {
+        use ExecMode::*;
+        // MOV CR0 clearing PE in a 32-bit code segment: QEMU keeps translating 32-bit code
+        // (CS.D cached) until a load of CS makes it 16-bit; the boundaries say which.
+        let call32: &[u8] = &[0xE8, 0x10, 0x00, 0x00, 0x00];
+        let call16: &[u8] = &[0xE8, 0x10, 0x00];
+        let wrmsr: &[u8] = &[0x0F, 0x30];
+        assert_eq!(choose_mode(Some(Bit16), consistent_modes([call32]), false, false, None), Bit32);
+        assert_eq!(choose_mode(Some(Bit32), consistent_modes([call16]), false, false, None), Bit16);
+        // A block that decodes alike in both: the cached CS.D.
+        assert_eq!(choose_mode(Some(Bit32), consistent_modes([wrmsr]), false, false, None), Bit32);
+        assert_eq!(choose_mode(Some(Bit16), consistent_modes([wrmsr]), false, false, None), Bit16);
+        // Never 64-bit code in real mode.
+        assert_eq!(choose_mode(Some(Bit64), ModeSet(4), false, false, None), Bit16);
     }
 
     #[test]

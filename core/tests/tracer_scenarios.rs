@@ -812,3 +812,44 @@ fn real_mode_ip_payloads_are_offsets_from_the_cs_base() {
         ]
     );
 }
+
+#[test]
+fn ip_filter_ranges_compare_offsets_from_the_cs_base_with_lip_0() {
+    // SDM Vol. 3C §33.3.1.1: "IP comparison logic, for IP filtering and TraceStop range
+    // calculation, is based on the same IP type as these IP packets. For processors that output
+    // RIP, the IP comparison mechanism is also based on RIP". A 32-bit code segment with base
+    // F0000H; ADDR0 = [11000H, 11FFFH] written as offsets (RIP values). The tracer is given
+    // linear addresses.
+    let mut cfg = user_cfg();
+    cfg.ctl.set_os(true);
+    cfg.ctl.set_addr_cfg(0, AddrCfg::Filter);
+    cfg.addr[0] = AddrRange { a: 0x11000, b: 0x11fff };
+    let pm32 = Context { cpl: 0, cr3: 0, mode: ExecMode::Bit32 };
+    let mut t = tracer(cfg, pm32);
+    t.set_ip_base(0xF_0000);
+    t.enable(0x10_1000); // offset 11000H: inside
+    t.branch(0x10_1000, 0x10_1002, BranchKind::IndirectJump, 0x10_2000); // offset 12000H: outside
+    t.branch(0x10_2000, 0x10_2002, BranchKind::IndirectJump, 0x10_1800); // back in
+    t.stage_ip_base(0);
+    t.far_transfer(FarKind::FarJmp, 0x1_1400, pm32); // flat segment, offset 11400H: inside
+    t.set_ip_base(0);
+    t.stage_ip_base(0);
+    t.far_transfer(FarKind::FarJmp, 0x10_1400, pm32); // flat, linear = offset 101400H: outside
+    t.set_ip_base(0);
+    t.stage_ip_base(0xF_0000);
+    t.far_transfer(FarKind::FarJmp, 0x10_1400, pm32); // based again: offset 11400H, inside
+    t.set_ip_base(0xF_0000);
+    let ips: Vec<Packet> =
+        packets(&mut t).into_iter().filter(|p| matches!(p, Tip(_) | TipPge(_) | TipPgd(_) | Fup(_))).collect();
+    assert_eq!(
+        ips,
+        [
+            TipPge(ip(C::Update32, 0x1_1000)),
+            TipPgd(ip(C::Update16, 0x2000)),
+            TipPge(ip(C::Update16, 0x1800)),
+            Tip(ip(C::Update16, 0x1400)),
+            TipPgd(ip(C::Update32, 0x10_1400)),
+            TipPge(ip(C::Update32, 0x1_1400)),
+        ]
+    );
+}

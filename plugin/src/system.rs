@@ -23,6 +23,7 @@ use pttrace_core::vcpu_cell::VcpuCell;
 use pttrace_core::bts::pebs::{self, PebsFormat, PebsOutcome, PebsState};
 use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, DsFormat, IA32_DEBUGCTL, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
+use pttrace_core::cs_base;
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
@@ -306,6 +307,14 @@ struct Vcpu {
     /// The mode an unambiguous block proved, with the (CS, CR0.PE, EFER.LMA) it ran with: valid
     /// until one of them changes (far transfer, interrupt, IRET, MOV CR0, ...).
     proven: Option<(ExecMode, (u64, u64, u64))>,
+    /// The CS base of the descriptor cache (`pttrace_core::cs_base`): established at the first
+    /// block that records after CS may have been loaded, kept until the next load (a GDT entry
+    /// rewritten in memory or MOV CR0 does not change it), with the selector it was established
+    /// for. `cs_base_valid` is false until then, and while blocks run unseen (a load of another
+    /// selector is noticed by its value then).
+    cs_base: u64,
+    cs_base_sel: u64,
+    cs_base_valid: bool,
     /// IDTR.base as last loaded by LIDT (to re-deliver a faulting RDPMC's #UD as #GP).
     idt_base: Option<u64>,
     pending: Pending,
@@ -512,11 +521,13 @@ struct LiveCpu<'a> {
     gdt_base: Option<u64>,
     modes: ModeSet,
     proven: Option<(ExecMode, (u64, u64, u64))>,
+    /// The mode before the transfer or event being reported (see `current_context`).
+    cached: ExecMode,
 }
 
 impl CpuView for LiveCpu<'_> {
     fn context(&mut self) -> Context {
-        current_context(self.regs, self.gdt_base, self.modes, self.proven)
+        current_context(self.regs, self.gdt_base, self.modes, self.proven, self.cached)
     }
 }
 
@@ -524,7 +535,17 @@ impl CpuView for LiveCpu<'_> {
 /// registers and the CS descriptor in the GDT, checked against the modes the current block's
 /// translation is consistent with (`modes`) and a mode proven since CS last changed (`proven`):
 /// the remembered GDT may not be the one CS was loaded from (issue 12).
-fn current_context(regs: &Regs, gdt_base: Option<u64>, modes: ModeSet, proven: Option<(ExecMode, (u64, u64, u64))>) -> Context {
+///
+/// In real mode `cached` (the mode the model had before, i.e. the CS.D of the descriptor cache:
+/// real-mode loads of CS change its selector and base only, and clearing CR0.PE keeps it) stands
+/// for the descriptor: 32-bit code with CR0.PE = 0 is what QEMU translates then (issue 12).
+fn current_context(
+    regs: &Regs,
+    gdt_base: Option<u64>,
+    modes: ModeSet,
+    proven: Option<(ExecMode, (u64, u64, u64))>,
+    cached: ExecMode,
+) -> Context {
     let cs = regs.get("cs").unwrap_or(0);
     let cr0 = regs.get("cr0").unwrap_or(0);
     let cr3 = regs.get("cr3").unwrap_or(0);
@@ -535,7 +556,7 @@ fn current_context(regs: &Regs, gdt_base: Option<u64>, modes: ModeSet, proven: O
     // None: no GDT seen, an LDT selector, or the descriptor is not in RAM (e.g. QEMU's
     // multiboot option ROM GDT): choose_mode falls back to the flat segments.
     let descriptor = if !protected {
-        Some(ExecMode::Bit16)
+        Some(cached)
     } else {
         gdt_base
             .filter(|_| cs & 4 == 0)
@@ -689,7 +710,7 @@ impl Shared {
         let key = (cs, cr0 & 1, 0);
         let lma = efer & (1 << 10) != 0;
         Self::prove_mode(v, info, key, lma);
-        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven };
+        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode };
         v.flow.block(&mut v.tracer, r.pc, &info.by_mode, v.pc_delta, r.last_started, &mut cpu);
         let mode = v.tracer.context().mode;
         v.after = (mode != ExecMode::Bit16 && info.modes.contains(mode)).then(|| (info.in_mode(mode), v.pc_delta, info.changes_mode));
@@ -742,6 +763,8 @@ impl Shared {
             || !v.output_active
             || v.after.is_none()
             || v.mode_regs.is_none()
+            // `record_block` takes RIP for the linear address: only with a CS base of 0.
+            || v.cs_base != 0
             || v.pending.any()
             || v.pending.gp_restore.is_some()
             || v.pending.rdpmc.is_some()
@@ -778,6 +801,7 @@ impl Shared {
             // Blocks run unseen from now on: the next one seen cannot follow from this one.
             v.after = None;
             v.mode_regs = None;
+            v.cs_base_valid = false;
             if v.pebs_steps {
                 v.pebs_steps = false;
                 self.pebs_step.set(v.index, 0);
@@ -847,6 +871,9 @@ impl Shared {
             gdt_base: None,
             cur_modes: ModeSet::ALL,
             proven: None,
+            cs_base: 0,
+            cs_base_sel: u64::MAX,
+            cs_base_valid: false,
             idt_base: None,
             pending: Pending::default(),
             exception_pending: false,
@@ -1165,9 +1192,23 @@ impl Shared {
         if after.is_none_or(|(prev, _, changes_mode)| changes_mode || matches!(prev.last.kind, BranchKind::Far(_))) {
             v.mode_regs = None;
         }
-        let (_, cr0, _) = *v.mode_regs.get_or_insert_with(|| {
+        let (cs, cr0, efer) = *v.mode_regs.get_or_insert_with(|| {
             (v.regs.get("cs").unwrap_or(0), v.regs.get("cr0").unwrap_or(0), v.regs.get("efer").unwrap_or(0))
         });
+        // The CS base of the descriptor cache, where CS may just have been loaded (issue 12).
+        let cs_loaded = v.flow.cs_may_have_been_loaded();
+        let mut rip = None;
+        if cs_loaded || !v.cs_base_valid {
+            if !exact {
+                v.cs_base_valid = false;
+            } else if !cs_loaded && cr0 & (1 << 31) != 0 && cs == v.cs_base_sel {
+                // Blocks ran unseen and CS holds the same selector: the cached base (with
+                // paging the block's address does not tell it exactly).
+                v.cs_base_valid = true;
+            } else {
+                rip = Some(Self::load_cs_base(v, info, cs, cr0, efer));
+            }
+        }
         // RIP is CS-relative and the block's address linear (CS base + EIP). Without paging
         // (CR0.PG = 0) linear = physical: a translation only runs at the address it was made
         // for, which is exact, CS base included (real mode, issue 12).
@@ -1175,24 +1216,67 @@ impl Shared {
         let pc = if paging && exact {
             after
                 .and_then(|(prev, delta, _)| successor_pc(prev, delta, last_started, info.pc))
-                .unwrap_or_else(|| v.regs.get("rip").unwrap_or(info.pc))
+                .unwrap_or_else(|| rip.or_else(|| v.regs.get("rip")).map_or(info.pc, |rip| cs_base::linear(v.cs_base, rip)))
         } else {
             info.pc
         };
         self.run_block(v, info, pc, last_started, true);
     }
 
-    /// What Intel PT IP payloads are relative to in code running with CS = `cs` and `cr0`:
-    /// with CPUID.(EAX=14H,ECX=0):ECX[31] LIP = 0 they are effective addresses, offsets from
-    /// the CS base (SDM Vol. 3C §33.3.1.1 "Packet Decoding of RIP versus LIP"), and the model's
-    /// IPs are linear. Real mode (CR0.PE = 0): base = CS << 4 (a CS still holding a protected-mode
-    /// base after MOV CR0 is not modelled, see README). Protected mode: 0 (a non-zero CS base
-    /// there is not modelled either).
-    fn ip_base(&self, cs: u64, cr0: u64) -> u64 {
-        if self.opts.caps.lip || cr0 & 1 != 0 {
+    /// What Intel PT IP payloads are relative to in code whose CS base is `base`: with
+    /// CPUID.(EAX=14H,ECX=0):ECX[31] LIP = 0 they are effective addresses, offsets from the CS
+    /// base (SDM Vol. 3C §33.3.1.1 "Packet Decoding of RIP versus LIP"), and the model's IPs are
+    /// linear; with LIP = 1 linear.
+    fn ip_base(&self, base: u64) -> u64 {
+        if self.opts.caps.lip {
             0
         } else {
-            (cs & 0xFFFF) << 4
+            base
+        }
+    }
+
+    /// CS may just have been loaded (or nothing is known): establish the descriptor cache's base
+    /// from what QEMU runs (`cs_base::base_at_load`). The descriptor is read only with paging
+    /// (without, the block's address minus RIP is exact) and not for 64-bit kernels' flat code
+    /// (IA-32e mode, translated at RIP: base 0 without a GDT read on every event). Returns the
+    /// RIP it read.
+    fn load_cs_base(v: &mut Vcpu, info: &BlockInfo, cs: u64, cr0: u64, efer: u64) -> u64 {
+        let rip = v.regs.get("rip").unwrap_or(info.pc);
+        let (pe, paging, lma) = (cr0 & 1 != 0, cr0 & (1 << 31) != 0, efer & (1 << 10) != 0);
+        let descriptor = if paging && pe && !(lma && rip == info.pc) { Self::cs_descriptor(v, cs) } else { None };
+        v.cs_base = cs_base::base_at_load(cs_base::CsLoad {
+            translated_pc: info.pc,
+            rip,
+            translated_is_linear: !paging,
+            pe,
+            lma,
+            descriptor,
+        });
+        v.cs_base_sel = cs;
+        v.cs_base_valid = true;
+        rip
+    }
+
+    /// The descriptor of selector `cs` in the GDT last loaded by LGDT, if it is in RAM.
+    fn cs_descriptor(v: &Vcpu, cs: u64) -> Option<u64> {
+        v.gdt_base.filter(|_| cs & 4 == 0).and_then(|b| guest::read_u64(b + (cs & !7)))
+    }
+
+    /// Before tracing starts at a WRMSR: the CS base when no block established it since blocks
+    /// ran unseen (block callbacks were off). The cached one while CS holds the selector it was
+    /// established for (e.g. real mode still using a protected-mode base), else
+    /// `cs_base::base_from_selector`; a reload of the same selector with another base while no
+    /// block was seen goes unnoticed (see README).
+    fn ensure_cs_base(v: &mut Vcpu) {
+        if !v.cs_base_valid {
+            let cs = v.regs.get("cs").unwrap_or(0);
+            if cs != v.cs_base_sel {
+                let pe = v.regs.get("cr0").unwrap_or(0) & 1 != 0;
+                let lma = v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0;
+                v.cs_base = cs_base::base_from_selector(cs, pe, lma, Self::cs_descriptor(v, cs));
+                v.cs_base_sel = cs;
+            }
+            v.cs_base_valid = true;
         }
     }
 
@@ -1226,7 +1310,7 @@ impl Shared {
         }
         let lma = efer & (1 << 10) != 0;
         Self::prove_mode(v, info, key, lma);
-        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven };
+        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode };
         if v.bts.active() && !v.bts.dtes64() {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
             v.bts.set_ia32e(lma);
@@ -1251,7 +1335,7 @@ impl Shared {
         let far_before = v.flow.stats().far_transfers;
         // The IP payloads' base in this block's code segment: a far transfer into it reports
         // its TIP against it, then the block's own packets (SDM Vol. 3C §33.3.1.1).
-        let ip_base = self.ip_base(cs, cr0);
+        let ip_base = self.ip_base(v.cs_base);
         sink.pt.stage_ip_base(ip_base);
         v.flow.block(&mut sink, pc, &info.by_mode, v.pc_delta, last_started, &mut cpu);
         let bts_pmi = sink.bts_pmi;
@@ -1924,7 +2008,7 @@ impl Shared {
             } else if v.pmu.active() && !was_active && !v.tracer.trace_en() && !v.bts.active() {
                 // The CPL the counters filter on is tracked by the retirement events; bring it
                 // up to date when counting starts.
-                v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven));
+                v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
             }
             self.count_cycles(v);
             return;
@@ -1941,7 +2025,7 @@ impl Shared {
         }
         if let Some(r) = v.rtit.as_mut().filter(|_| RtitTracer::owns(index)) {
             if !r.trigger_en() {
-                r.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven));
+                r.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
             }
             if r.wrmsr(index, value, ip, nlip, &mut PhysMem).is_err() {
                 Self::raise_gp(v, rcx, rdx);
@@ -1959,7 +2043,7 @@ impl Shared {
                 if (v.bts.active() && !was_active || self.lbr_recording(v)) && !v.tracer.trace_en() {
                     // The context BTS filters on (CPL of branch targets) is tracked by the PT
                     // tracer's retirement events; bring it up to date when recording starts.
-                    v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven));
+                    v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
                 }
             }
             return;
@@ -1968,7 +2052,9 @@ impl Shared {
         match v.msrs.write(index, value, &self.opts.caps) {
             Err(Fault::Gp) => Self::raise_gp(v, rcx, rdx),
             Ok(WriteEffect::TraceEnabled) => {
-                let ctx = current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven);
+                Self::ensure_cs_base(v);
+                v.tracer.set_ip_base(self.ip_base(v.cs_base));
+                let ctx = current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode);
                 v.tracer.set_context(ctx);
                 v.tracer.reconfigure(self.trace_config(v));
                 if v.msrs.ctl.event_en() {
@@ -2119,7 +2205,7 @@ impl Shared {
     /// descriptors, IDTR.base for re-delivering RDPMC's #UD as #GP).
     fn table_base(&self, v: &Vcpu, ip: u64, bytes: &[u8]) -> Option<u64> {
         let cr0 = v.regs.get("cr0").unwrap_or(0);
-        let bitness = match current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven).mode {
+        let bitness = match current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode).mode {
             ExecMode::Bit16 => 16,
             ExecMode::Bit32 => 32,
             ExecMode::Bit64 => 64,
@@ -2207,7 +2293,7 @@ impl Shared {
                 v.tracer.stage_event_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
             }
             // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
-            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven };
+            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven, cached: v.tracer.context().mode };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
             let lbr_on = sh.lbr_recording(v);
             let mut sink = Retire {
@@ -2222,9 +2308,12 @@ impl Shared {
             // The handler's code segment (real mode: the IVT's CS) for the event's TIP; with
             // TraceEn = 0 no IP payload depends on it (the handler's block sets it).
             if sink.pt.trace_en() {
-                let cr0 = v.regs.get("cr0").unwrap_or(0);
-                let cs = if cr0 & 1 == 0 { v.regs.get("cs").unwrap_or(0) } else { 0 };
-                sink.pt.stage_ip_base(sh.ip_base(cs, cr0));
+                // QEMU reports the handler's linear address; RIP holds its offset. In IA-32e mode
+                // (known from the interrupted code) the handler is 64-bit code: base 0, no read.
+                let ia32e = sink.pt.context().mode == ExecMode::Bit64
+                    || v.mode_regs.is_some_and(|(_, _, efer)| efer & (1 << 10) != 0);
+                let base = if ia32e { 0 } else { cs_base::base_at_event(to, v.regs.get("rip").unwrap_or(to)) };
+                sink.pt.stage_ip_base(sh.ip_base(base));
             }
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
             if sink.bts_pmi {

@@ -86,7 +86,10 @@ void test_main(void)
     wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
     wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 16384 - 1);
     wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN | RTIT_CTL_EVENTEN;
+    /* IA32_RTIT_CTL[27:24] PSBFreq = 5 (64K bytes): no PSB+ within the 16 KiB buffer. A PSB+ in
+     * a timer wait (its length is the host's) would add the IF state of its MODE.Exec to
+     * libipt's events (make test failed once so on a loaded host). */
+    uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN | RTIT_CTL_EVENTEN | (5ull << 24);
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
                  :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
                     "d"((uint32_t)((ctl | RTIT_CTL_TRACEEN) >> 32)));

@@ -160,11 +160,17 @@ static int find_ip(const struct pt_pkt *pk, int n, int from, enum pt_kind kind, 
     return -1;
 }
 
-/* An event delivered with FUP(fup) must be followed by TIP(handler) (no PIP/MODE here). */
+/* An event delivered with FUP(fup) must be followed by TIP(handler) (no PIP/MODE here). A PSB+
+ * may carry a FUP with the same IP earlier (the timer's loop IP): the first FUP(fup) followed by
+ * a TIP counts. */
 static void check_event(const struct pt_pkt *pk, int n, const char *what, uint64_t fup, uint64_t handler)
 {
     int i = find_ip(pk, n, 0, PT_FUP, fup);
     int j = i < 0 ? -1 : pt_next_nonpad(pk, n, i);
+    while (i >= 0 && (j < 0 || pk[j].kind != PT_TIP)) {
+        i = find_ip(pk, n, i + 1, PT_FUP, fup);
+        j = i < 0 ? -1 : pt_next_nonpad(pk, n, i);
+    }
     printf("  %-28s FUP %lx at %#lx -> TIP %lx\n", what, fup, i < 0 ? 0 : pk[i].off, handler);
     if (i < 0 || j < 0 || pk[j].kind != PT_TIP || pk[j].ip != handler) {
         printf("FAIL: %s: no FUP(%#lx) followed by TIP(%#lx)\n", what, fup, handler);

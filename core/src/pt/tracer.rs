@@ -543,7 +543,11 @@ impl Tracer {
 
     /// Evaluate the IP filter at `ip`; returns true if a TraceStop range was entered.
     fn eval_ip(&mut self, ip: u64) -> bool {
-        let IpFilterResult { filter_en, trace_stop } = ip_filter(&self.cfg, ip);
+        // The ranges are compared with IPs of the type the IP payloads carry: with LIP = 0 the
+        // offset from the CS base (SDM Vol. 3C §33.3.1.1: "IP comparison logic, for IP
+        // filtering and TraceStop range calculation, is based on the same IP type as these IP
+        // packets").
+        let IpFilterResult { filter_en, trace_stop } = ip_filter(&self.cfg, crate::cs_base::offset(self.ip_base, ip));
         self.filter_en = filter_en;
         trace_stop
     }
@@ -584,7 +588,7 @@ impl Tracer {
     /// Compress `ip` against last-IP, except for the first IP after OVF, which is sent as
     /// sext-48, or full when not canonical (module documentation).
     fn compress_ip(&mut self, ip: u64) -> IpPayload {
-        let ip = ip.wrapping_sub(self.ip_base);
+        let ip = crate::cs_base::offset(self.ip_base, ip);
         if std::mem::take(&mut self.full_ip_next) {
             if let Some(p) = self.last_ip.compress_with(ip, IpCompression::Sext48) {
                 return p;
@@ -1190,8 +1194,11 @@ impl Tracer {
     /// address (RIP, the offset from the current CS base) on processors that enumerate LIP = 0,
     /// the linear address (offset + CS base) with LIP = 1; the CS base is CS << 4 in real mode,
     /// the segment's base in protected mode; indistinguishable while it is 0 (e.g. 64-bit mode).
-    /// The tracer is given linear addresses and subtracts this base from every IP payload
-    /// (filters, RET compression and the resume IP stay linear).
+    /// The tracer is given linear addresses and subtracts this base from every IP payload and
+    /// from the IPs compared with the IA32_RTIT_ADDRn ranges ("IP comparison logic, for IP
+    /// filtering and TraceStop range calculation, is based on the same IP type as these IP
+    /// packets", same section); RET compression and the resume IP stay linear (one base per
+    /// segment: the same comparisons).
     pub fn set_ip_base(&mut self, base: u64) {
         self.ip_base = base;
         self.staged_ip_base = None;

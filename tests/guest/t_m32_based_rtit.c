@@ -1,0 +1,59 @@
+/* Issue 12: Atom RTIT (profile=silvermont, seed 002) in code segments with a non-zero base
+ * (lib32/based.h): 32-bit protected mode with paging off and on, a 16-bit segment, INT n and
+ * IRET (a far CALL with the frame of an INT n), a GDT entry rewritten without reloading CS, real mode with a 32-bit CS (base F0000H) still
+ * cached and a real-mode far JMP to segment 1000H. RTIT payloads are linear addresses (LIPs, seed
+ * 002), the CS base included. One window over the whole trip (the PAUSE/RESUME points write
+ * IA32_DEBUGCTL = 0, no effect); single output region; every RTIT_CTL write drains the internal
+ * buffer (§3.3.2), so RTIT_OFFSET is the stream length after the disabling WRMSR. The host
+ * compares the bytes in guest memory with the plugin's copy and decodes them against the ground
+ * truth; RTIT has no MODE packet, so the decoder is told which code is 16-bit. */
+// pttrace-options: profile=silvermont
+// rtit-decode: --bits 32 --code16 @based16_start-@based16_end
+#define BASED_W_START  "pt_enable_wrmsr"
+#define BASED_W_PAUSE  "based_no_pause"
+#define BASED_W_RESUME "based_no_resume"
+#define BASED_W_END    "pt_disable_wrmsr"
+/* INT 30H replaced by PUSHFL + LCALL (the same frame for the handler's IRET): the ground truth
+ * leaves an INT n out of the executed instructions (as Intel PT's FUP binds to it), RTIT's
+ * FUP.FAR carries its NLIP. */
+#define BASED_INT "pushfl; lcall $0x18, $(bh32 - 0xF0000)"
+#include "lib32/based.h"
+
+#define MSR_IA32_DEBUGCTL 0x1D9
+#define RTIT_CTL         0x768
+#define RTIT_EVENTS      0x76C
+#define RTIT_BASE_ADDR   0x770
+#define RTIT_LIMIT_MASK  0x771
+#define RTIT_OFFSET      0x772
+#define ATOM_CTL_TRACE_EN     (1u << 0)
+#define ATOM_CTL_OS           (1u << 2)
+#define ATOM_CTL_USER         (1u << 3)
+#define ATOM_CTL_CMPRS_RET    (1u << 11)
+#define ATOM_CTL_TRACE_ACTIVE (1u << 13)
+
+static uint8_t buf[4096] __attribute__((aligned(4096)));
+
+void m32_main(void)
+{
+    puts_serial("t_m32_based_rtit: RTIT in code segments with a non-zero base\n");
+    m32_check_mode();
+    (void)rdmsr(RTIT_CTL); /* §3.3.1: RTIT_CTL is read first */
+    wrmsr(RTIT_BASE_ADDR, (uint32_t)buf);
+    wrmsr(RTIT_LIMIT_MASK, 0xFFF);
+    wrmsr(RTIT_OFFSET, 0);
+    wrmsr(RTIT_EVENTS, 7 | (6 << 3)); /* FilterEn: always on; TraceStop: always off */
+    uint32_t ctl = ATOM_CTL_OS | ATOM_CTL_USER | ATOM_CTL_CMPRS_RET;
+    wrmsr(RTIT_CTL, ctl);
+    static const uint32_t msr[4] = { RTIT_CTL, MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL, RTIT_CTL };
+    const uint32_t val[4] = { ctl | ATOM_CTL_TRACE_EN | ATOM_CTL_TRACE_ACTIVE, 0, 0, ctl };
+    based_setup(msr, val, 0);
+    based_trip();
+    puts_serial("trip BX "); put_hex(based_bx); putc_serial('\n');
+    CHECK(based_bx == BASED_EXPECTED_BX);
+    uint32_t len = (uint32_t)rdmsr(RTIT_OFFSET);
+    puts_serial("TNTBUFF "); put_hex(rdmsr(0x77D)); putc_serial('\n');
+    puts_serial("RTIT: "); put_hex(len); puts_serial(" bytes\n");
+    CHECK(len > 16 && len < 4096);
+    hex_dump("PTDUMP ", buf, len);
+    m32_exit(1);
+}
