@@ -41,7 +41,7 @@ pub trait UserTracer {
     /// non-interrupted `branch` of no-COFI, conditional, direct JMP or CALL class): returns false,
     /// having done nothing, when the tracer cannot take a shortcut and `branch` must run.
     #[inline]
-    fn direct(&mut self, end: &DirectFlow, next: u64) -> bool {
+    fn direct(&mut self, end: &BlockEnd, next: u64) -> bool {
         let _ = (end, next);
         false
     }
@@ -73,8 +73,9 @@ impl UserTracer for Tracer {
         Tracer::branch(self, ip, nlip, kind, next)
     }
     #[inline(always)]
-    fn direct(&mut self, end: &DirectFlow, next: u64) -> bool {
-        self.direct_steady(next, end.conditional, next != end.fall, end.push)
+    fn direct(&mut self, end: &BlockEnd, next: u64) -> bool {
+        let d = &end.direct;
+        self.direct_steady(next, d.conditional, next != d.fall, d.push)
     }
     fn far_transfer(&mut self, _ip: u64, _nlip: u64, kind: FarKind, next: u64, to: Context) {
         Tracer::far_transfer(self, kind, next, to)
@@ -115,6 +116,19 @@ impl UserTracer for RtitStream {
     }
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
         self.tracer.branch(ip, nlip, kind, next)
+    }
+    #[inline]
+    fn direct(&mut self, end: &BlockEnd, next: u64) -> bool {
+        // RTIT remembers the NLIP of every direct CALL, the `call next; pop` idiom included.
+        let last = end.last;
+        let (conditional, call) = match last.kind {
+            BranchKind::None | BranchKind::AlwaysFaults | BranchKind::DirectJump { .. } => (false, false),
+            BranchKind::Conditional { .. } => (true, false),
+            BranchKind::DirectCall { .. } => (false, true),
+            _ => return false,
+        };
+        let nlip = last.nlip();
+        self.tracer.direct_steady(conditional, next != nlip, call.then_some(nlip))
     }
     fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
         self.tracer.far_transfer(ip, nlip, kind, next, to)
@@ -347,7 +361,7 @@ impl UserFlow {
         if let Position::After(prev) = self.pos {
             // The common case: a fixed successor of straight-line code or a direct branch (a
             // signal delivered there would be unexplained: see `resolve`).
-            if prev.direct.explains(pc) && tracer.direct(&prev.direct, pc) {
+            if prev.direct.explains(pc) && tracer.direct(prev, pc) {
                 self.pos = Position::After(end);
                 return;
             }

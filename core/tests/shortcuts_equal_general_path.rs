@@ -9,7 +9,10 @@ use pttrace_core::insn_class::{BranchKind, ClassifiedInsn, FarKind};
 use pttrace_core::pt::rtit_ctl::{AddrCfg, AddrRange, RtitCtl};
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
 use pttrace_core::system_flow::{CpuView, SysBlock, SystemFlow};
-use pttrace_core::user_flow::{BlockEnd, ExecutedBlock, UserFlow};
+use pttrace_core::rtit::msr::{EventId, RtitEvents};
+use pttrace_core::rtit::setup::{RangeUse, RtitConfig, RtitStream};
+use pttrace_core::rtit::RtitOptions;
+use pttrace_core::user_flow::{BlockEnd, ExecutedBlock, UserFlow, UserTracer};
 
 struct Rng(u64);
 
@@ -78,61 +81,108 @@ fn shortcut_streams_equal_the_general_evaluation() {
         let cfg = config(&mut rng);
         let mut fast = Tracer::new(cfg, Context::KERNEL64);
         let mut slow = Tracer::new(cfg, Context::KERNEL64).without_shortcuts();
-        let (mut ff, mut fs) = (UserFlow::default(), UserFlow::default());
-        ff.start(&mut fast);
-        fs.start(&mut slow);
-        let mut pc = 0x401000;
-        let mut calls: Vec<u64> = Vec::new();
-        let mut tsc = 0;
-        for _ in 0..3000 {
-            let end = block_end(&mut rng, pc);
-            tsc += 1 + rng.below(40);
-            fast.set_tsc(tsc);
-            slow.set_tsc(tsc);
-            // Signals: a handler at 0x403000 whose frame says the block resumed at `resume`.
-            let signal = rng.below(50) == 0;
-            let resume = if rng.below(2) == 0 { end.last.nlip() } else { 0x401000 + rng.below(0x100) * 0x10 };
-            let mut probe = |p: u64| (signal && p == 0x403000).then_some(resume);
-            let mut probe2 = |p: u64| (signal && p == 0x403000).then_some(resume);
-            ff.block(&mut fast, pc, end, &mut probe);
-            fs.block(&mut slow, pc, end, &mut probe2);
-            // The next block: the outcome of `end` (mostly a legal one, sometimes anything).
-            let last = end.last;
-            pc = if signal {
-                0x403000
-            } else {
-                match last.kind {
-                    BranchKind::None => last.nlip(),
-                    BranchKind::Conditional { target } => {
-                        if rng.below(2) == 0 { target } else { last.nlip() }
-                    }
-                    BranchKind::DirectJump { target } => target,
-                    BranchKind::DirectCall { target } => {
-                        calls.push(last.nlip());
-                        target
-                    }
-                    BranchKind::Return => match calls.pop() {
-                        Some(r) if rng.below(4) != 0 => r,
-                        _ => 0x401000 + rng.below(0x100) * 0x10,
-                    },
-                    BranchKind::IndirectCall => {
-                        calls.push(last.nlip());
-                        0x401000 + rng.below(0x100) * 0x10
-                    }
-                    _ => 0x401000 + rng.below(0x100) * 0x10,
-                }
-            };
-            if rng.below(200) == 0 {
-                pc = 0x405000; // unexplained
-            }
-        }
-        ff.finish(&mut fast);
-        fs.finish(&mut slow);
-        let (a, b) = (fast.take_output(), slow.take_output());
-        assert!(!b.is_empty());
-        assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
-        assert_eq!(ff.stats(), fs.stats(), "seed {seed}");
+        drive_both(seed, &mut rng, &mut fast, &mut slow);
     }
+}
+
+#[test]
+fn rtit_shortcut_streams_equal_the_general_evaluation() {
+    // The same for Atom RTIT (`RtitTracer::direct_steady`): the user-mode default configuration,
+    // and variants in which the shortcut must decline (cycle-accurate mode, filter and TraceStop
+    // ranges, an always-on TraceStop) or which change what it does (no RET compression, MTC,
+    // Less_Pkts, small PSB periods).
+    for seed in 0..300u64 {
+        let mut rng = Rng(9000 + seed);
+        let mut cfg = RtitConfig::user_default();
+        cfg.pkt_mask = rng.below(2) as u8;
+        cfg.ctl.set_cmprs_ret(rng.below(4) != 0).set_less_pkts(rng.below(3) == 0);
+        match rng.below(7) {
+            0 => {
+                cfg.ctl.set_cycle_acc(true);
+            }
+            1 => {
+                cfg.ctl.set_mtc_en(true);
+            }
+            2 => {
+                let a = 0x401000 + rng.below(0x800);
+                cfg.set_range(0, a, a + rng.below(0x800), RangeUse::Filter);
+            }
+            3 => {
+                let a = 0x401000 + rng.below(0x1000);
+                cfg.set_range(1, a, a, RangeUse::TraceStop);
+            }
+            4 => {
+                cfg.events = RtitEvents::new(EventId::AlwaysOn, EventId::AlwaysOn);
+            }
+            _ => {}
+        }
+        let stream = || RtitStream::new(cfg, RtitOptions::default(), Context::KERNEL64, 0xffff_ffff_8100_0000);
+        let (Ok(mut fast), Ok(mut slow)) = (stream(), stream()) else { panic!("seed {seed}: configuration refused") };
+        slow.tracer.disable_shortcuts();
+        drive_both(seed, &mut rng, &mut fast, &mut slow);
+    }
+}
+
+/// Random user-mode block sequences (every block-end class, signals, unexplained transitions)
+/// fed to a tracer with shortcuts and one without: the streams and flow counters must match.
+fn drive_both<T: UserTracer>(seed: u64, rng: &mut Rng, fast: &mut T, slow: &mut T) {
+    let (mut ff, mut fs) = (UserFlow::default(), UserFlow::default());
+    ff.start(fast);
+    fs.start(slow);
+    let mut pc = 0x401000;
+    let mut calls: Vec<u64> = Vec::new();
+    let mut tsc = 0;
+    for _ in 0..3000 {
+        let end = block_end(rng, pc);
+        tsc += 1 + rng.below(40);
+        if rng.below(100) == 0 {
+            tsc += rng.below(1 << 22); // (a long stall: RTIT_CNTP[21] may get set, FUP.PCC)
+        }
+        fast.set_tsc(tsc);
+        slow.set_tsc(tsc);
+        // Signals: a handler at 0x403000 whose frame says the block resumed at `resume`.
+        let signal = rng.below(50) == 0;
+        let resume = if rng.below(2) == 0 { end.last.nlip() } else { 0x401000 + rng.below(0x100) * 0x10 };
+        let mut probe = |p: u64| (signal && p == 0x403000).then_some(resume);
+        let mut probe2 = |p: u64| (signal && p == 0x403000).then_some(resume);
+        ff.block(fast, pc, end, &mut probe);
+        fs.block(slow, pc, end, &mut probe2);
+        // The next block: the outcome of `end` (mostly a legal one, sometimes anything).
+        let last = end.last;
+        pc = if signal {
+            0x403000
+        } else {
+            match last.kind {
+                BranchKind::None => last.nlip(),
+                BranchKind::Conditional { target } => {
+                    if rng.below(2) == 0 { target } else { last.nlip() }
+                }
+                BranchKind::DirectJump { target } => target,
+                BranchKind::DirectCall { target } => {
+                    calls.push(last.nlip());
+                    target
+                }
+                BranchKind::Return => match calls.pop() {
+                    Some(r) if rng.below(4) != 0 => r,
+                    _ => 0x401000 + rng.below(0x100) * 0x10,
+                },
+                BranchKind::IndirectCall => {
+                    calls.push(last.nlip());
+                    0x401000 + rng.below(0x100) * 0x10
+                }
+                _ => 0x401000 + rng.below(0x100) * 0x10,
+            }
+        };
+        if rng.below(200) == 0 {
+            pc = 0x405000; // unexplained
+        }
+    }
+    ff.finish(fast);
+    fs.finish(slow);
+    let (a, b) = (fast.take_output(), slow.take_output());
+    assert!(!b.is_empty(), "seed {seed}: no output");
+    assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
+    assert_eq!(ff.stats(), fs.stats(), "seed {seed}");
 }
 
 /// One recorded block for `UserFlow::run`.

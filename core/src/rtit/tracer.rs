@@ -166,6 +166,8 @@ pub struct RtitTracer {
     bytes_log: Option<Vec<u8>>,
     scratch: Vec<u8>,
     stats: RtitStats,
+    /// Tests: every instruction takes the general path (`direct_steady` declines).
+    no_shortcuts: bool,
 }
 
 impl RtitTracer {
@@ -189,7 +191,13 @@ impl RtitTracer {
             bytes_log: None,
             scratch: Vec::with_capacity(16),
             stats: RtitStats::default(),
+            no_shortcuts: false,
         }
+    }
+
+    /// Tests: no shortcut (`direct_steady`), so streams can be compared with the general path.
+    pub fn disable_shortcuts(&mut self) {
+        self.no_shortcuts = true;
     }
 
     /// Record every generated packet as a value and every byte (for tests and golden streams).
@@ -828,6 +836,33 @@ impl RtitTracer {
             }
         };
         self.retire(Step { op, nlip, next, taken }, |_| {});
+    }
+
+    /// `branch` for a non-jump instruction, a conditional branch (`conditional`, `taken`), a
+    /// direct JMP or a direct CALL (`call_nlip`) that starts and ends with PacketEn = 1 while
+    /// nothing else can happen (issue 13): no buffer overflow, no cycle-accurate mode (FUP.PCC,
+    /// CYC), and RTIT_EVENTS without address ranges and without an always-on TraceStop, so the
+    /// event evaluation changes nothing (Table 19 rows 1, 2, 6, 7, 11: only the TNT bit and
+    /// RTIT_LAST_CALL_NLIP). Returns false, having done nothing, otherwise.
+    #[inline]
+    pub fn direct_steady(&mut self, conditional: bool, taken: bool, call_nlip: Option<u64>) -> bool {
+        let events = self.msrs.events;
+        let steady = !self.no_shortcuts
+            && self.packet_en()
+            && !self.overflow()
+            && !self.msrs.ctl.cycle_acc()
+            && matches!(events.filter_event(), EventId::AlwaysOn | EventId::Reserved(_))
+            && matches!(events.stop_event(), EventId::AlwaysOff | EventId::Reserved(_));
+        if !steady {
+            return false;
+        }
+        if conditional {
+            self.tnt_bit(taken);
+        }
+        if let Some(nlip) = call_nlip {
+            self.remember_call(nlip);
+        }
+        true
     }
 
     /// A far-transfer instruction (far JMP/CALL/RET, IRET, SYSCALL/SYSRET, SYSENTER/SYSEXIT) at
