@@ -145,7 +145,7 @@ impl RetireSink for Retire<'_> {
     fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
         if let Some(l) = self.lbr.as_deref_mut() {
             // Far transfers are not predicted by the static model (`bts::prediction`).
-            l.record(Some(BranchKind::Far(kind)), ip, next, self.pt.context().cpl, true);
+            l.record(Some(BranchKind::Far(kind)), ip, next, to.cpl, true);
         }
         self.lbr_freeze_now();
         if kind == FarKind::Iret && self.pt.event_en() {
@@ -168,7 +168,7 @@ impl RetireSink for Retire<'_> {
     }
     fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
         if let Some(l) = self.lbr.as_deref_mut() {
-            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, self.pt.context().cpl, true);
+            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, to.cpl, true);
         }
         self.lbr_freeze_now();
         let why = AsyncKind::SoftwareInterrupt { ip };
@@ -184,7 +184,7 @@ impl RetireSink for Retire<'_> {
         self.lbr_freeze_now();
         if let Some(l) = self.lbr.as_deref_mut() {
             // FROM as for BTS: the faulting instruction, or the next one for an interrupt.
-            l.record(None, why.fup_ip(), handler, self.pt.context().cpl, true);
+            l.record(None, why.fup_ip(), handler, to.cpl, true);
         }
         self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
