@@ -4,7 +4,7 @@
 //! IA32_PERF_CAPABILITIES[5:0]: addresses in FROM/TO, flags in LBR_INFO).
 //!
 //! Recording is driven by retirement events (taken branches, far transfers, interrupts and
-//! exceptions) with the branch's class, source CPL and the static predictor's verdict; the
+//! exceptions) with the branch's class, the CPL it ends at and the static predictor's verdict; the
 //! cycle count field of LBR_INFO is not modelled (0).
 
 use crate::insn_class::BranchKind;
@@ -36,7 +36,7 @@ impl LbrSelect {
     reg_flag!(en_callstack, set_en_callstack, 9, "[9] EN_CALLSTACK: returns pop the stack");
 
     /// Is a transfer of class `kind` (None: an interrupt or exception) that ends at privilege
-    /// `cpl` captured? SDM Vol. 3B Table 18-x (MSR_LBR_SELECT): CPL_EQ_0 / CPL_NEQ_0 filter by
+    /// `cpl` captured? the SDM's MSR_LBR_SELECT table (Vol. 3B, LBR filtering): CPL_EQ_0 / CPL_NEQ_0 filter by
     /// the ring a branch *ends* in (Linux's `branch_type()` classifies the same way: "branch priv
     /// level determined by target as is done by HW"): with user-only filtering an interrupt from
     /// ring 3 is not captured, the IRET/SYSRET back to ring 3 is.
