@@ -193,8 +193,10 @@ mod tests {
     #[test]
     fn user_only_select_filters_by_the_ring_a_branch_ends_in() {
         // perf record -b -e ...:u: LBR_SELECT = CPL_EQ_0. A timer interrupt taken in ring 3 ends
-        // in ring 0: not captured (it used to be, by its source CPL, and Linux then dropped it,
-        // leaving 31 of 32 entries); the IRET back to ring 3 is captured.
+        // in ring 0: not captured (it used to be, by its source CPL); the IRET back to ring 3 is
+        // captured, with its kernel FROM address. (Linux 6.1.192's intel_pmu_lbr_filter drops
+        // that entry from a user-only stack, so such a sample shows 31 of 32 entries, as on
+        // hardware: README "LBR".)
         let mut l = LbrStack::default();
         l.write(MSR_LBR_SELECT, 0x1).unwrap();
         l.record(CALL, 0x401000, 0x401100, 3, false);

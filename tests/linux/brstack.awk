@@ -15,7 +15,17 @@
 #     kernel side the user-only stack leaves out).
 # With `depth`, every sample's stack must hold exactly that many entries (a full LBR stack of
 # user branches: the LBRs froze at the PMI request, so the PMI's own entry into the kernel is
-# not among them).
+# not among them). One exception, which real hardware and Linux 6.1 make too: an interrupt (or
+# exception) taken in ring 3 within the last `depth` branches. Its entry into ring 0 is not
+# captured (LBR_SELECT.CPL_EQ_0: branches ending in ring 0), but its IRET back to ring 3 is,
+# with a kernel FROM address, and Linux's intel_pmu_lbr_filter drops every entry whose FROM is
+# a kernel address from a user-only stack (Debian 6.1.192: the test of br_sel & X86_BR_KERNEL
+# and kernel_ip(from) after the type check): that sample has fewer entries. The dropped IRET
+# returns to the interrupted instruction, so the straight-line check below still holds across
+# it. With `irqs` (a file of "CPU TIME" lines: the interrupts and user page faults a
+# system-wide `perf record` of tracepoints saw, `perf script --ns -F cpu,time`) and stacks read
+# with `-F cpu,time,brstack --ns`, a stack shorter than `depth` is accepted only when such an
+# event happened on its CPU since the previous sample; without `irqs`, never.
 # Prints the counts and exits 1 on any violation (or an empty input).
 function hex(s) {
     s = tolower(s)
@@ -27,6 +37,21 @@ function bad(what, e) {
     if (nbad[what]++ < 3)
         printf "BAD %s: %s (sample %d)\n", what, e, samples
     errors++
+}
+function secs(t) {
+    sub(/:$/, "", t)
+    return t + 0
+}
+BEGIN {
+    if (irqs != "") {
+        while ((getline line < irqs) > 0) {
+            split(line, f, " ")
+            if (f[1] ~ /^\[[0-9]+\]$/) {
+                nirq++; irq_cpu[nirq] = f[1]; irq_t[nirq] = secs(f[2])
+            }
+        }
+        close(irqs)
+    }
 }
 FNR == NR {
     idx[$1] = n; kind[n] = $2; tgt[n] = $3
@@ -40,9 +65,26 @@ FNR == NR {
 {
     samples++
     have_younger = 0
-    if (depth != "" && NF != depth + 0)
-        bad("stack depth " NF " (expected " depth ")", $1)
-    for (i = 1; i <= NF; i++) {
+    first = 1; cpu = ""
+    if ($1 ~ /^\[[0-9]+\]$/) {
+        # -F cpu,time,brstack: "[CPU] TIME: entries..."
+        cpu = $1; t = secs($2); first = 3
+    }
+    n_entries = NF - first + 1
+    if (depth != "" && n_entries != depth + 0) {
+        explained = 0
+        if (irqs != "" && cpu != "")
+            for (k = 1; k <= nirq; k++)
+                if (irq_cpu[k] == cpu && irq_t[k] > t_prev && irq_t[k] <= t) { explained = 1; break }
+        if (explained) {
+            short_irq++
+            short_missing += depth - n_entries
+        } else
+            bad("stack depth " n_entries " (expected " depth ")" (irqs != "" ? ", no interrupt on CPU " cpu " since the previous sample" : ""), $first)
+    }
+    if (cpu != "")
+        t_prev = t
+    for (i = first; i <= NF; i++) {
         if (split($i, f, "/") < 3)
             continue
         from = hex(f[1]); to = hex(f[2]); flag = f[3]
@@ -72,5 +114,7 @@ FNR == NR {
 }
 END {
     printf "%d samples, %d branch-stack entries (Jcc %d, JMP %d, CALL %d, RET %d, indirect JMP %d, indirect CALL %d; %d mispredicted), %d violations\n", samples, entries, by_kind["C"], by_kind["J"], by_kind["L"], by_kind["R"], by_kind["I"], by_kind["K"], misp, errors
+    if (irqs != "")
+        printf "%d interrupt/page-fault events read; %d stacks shorter than %d (%d entries short), each after an interrupt on its CPU since the previous sample\n", nirq, short_irq, depth, short_missing
     exit (errors > 0 || entries == 0)
 }

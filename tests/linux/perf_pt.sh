@@ -120,6 +120,12 @@ perf stat -x, -e instructions:u,branches:u -o again.txt calls 3000 >/dev/null; t
 # on the host's load (it dropped 74 of 112 samples once): it is switched off for this check.
 echo 100000 > /proc/sys/kernel/perf_event_max_sample_rate; echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent; dmesg | grep 'took too long' | tail -2
 perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); perf record -q -e instructions:u -c 10000 -o ins.data calls 100000 >/dev/null; ns=$(perf script -i ins.data -F comm,ip,sym 2>/dev/null | wc -l); nw=$(perf script -i ins.data -F comm,ip,sym,dso 2>/dev/null | grep -c '^ *calls .*(/usr/local/bin/calls)$'); echo "instructions:u $ni, samples $ns (expected $((ni / 10000))), in the workload $nw"; test "$ns" = "$((ni / 10000))" && test "$nw" = "$ns"
+# with_irqs NAME CMD...: runs CMD while a system-wide `perf record` takes the tracepoints of the
+# events that enter ring 0 from the middle of user code and IRET back to it: interrupts
+# (irq_vectors:*_entry: local timer, IPIs; irq:irq_handler_entry: device IRQs) and user page
+# faults; NAME.irqs gets their "[CPU] TIME" lines for brstack.awk (see there: the IRET of such
+# an event within a stack's last 32 branches is dropped by Linux, so that stack is shorter).
+with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vectors:*_entry' -e irq:irq_handler_entry -e exceptions:page_fault_user -o $wi.irq.data 2>$wi.irq.log & wp=$!; while [ ! -s $wi.irq.data ]; do sleep 0.1; done; sleep 1; "$@"; kill -INT $wp; wait $wp; perf script --ns -i $wi.irq.data -F cpu,time >$wi.irqs 2>/dev/null; }
 # LBR branch stacks (issue 14): perf record -b programs DEBUGCTL.LBR, LBR_SELECT (user branches
 # only) and FREEZE_LBRS_ON_PMI and reads the 32 LBRs (FROM/TO/INFO, TOS) on each overflow PMI.
 # Exactly floor(instructions:u / 10007) samples, each with 32 entries (the LBRs freeze at the PMI
@@ -127,13 +133,22 @@ perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk 
 # real taken branch of the workload binary (brstack.awk: FROM a branch instruction, TO its encoded
 # target for direct branches and a return address for RETs, MISPRED as the documented static
 # predictor says, straight-line code from each entry's TO to the next younger entry's FROM).
-perf record -q -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b: $ns samples (expected $((ni / 10007)))"; test "$ns" = "$((ni / 10007))"
-perf script -i lbr.data -F brstack 2>/dev/null | awk -v depth=32 -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
+# A stack is shorter only after an interrupt on its CPU since the previous sample (with_irqs,
+# brstack.awk: the IRET back to ring 3 is recorded, as LBR_SELECT.CPL_EQ_0 keeps branches ending
+# in ring 3, and Linux drops it for its kernel FROM address).
+with_irqs lbr perf record -q --sample-cpu -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b: $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
+perf script --ns -i lbr.data -F cpu,time,brstack 2>/dev/null | awk -v depth=32 -v irqs=lbr.irqs -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 perf script -i lbr.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200
 GUEST
 # Precise sampling with PEBS (issue 14; `pebs=1`): Linux sees PEBS format 3 and Skylake's
 # precise distribution (max_precise 3).
 cat >"$pebs_script" <<'GUEST'
+# with_irqs NAME CMD...: runs CMD while a system-wide `perf record` takes the tracepoints of the
+# events that enter ring 0 from the middle of user code and IRET back to it: interrupts
+# (irq_vectors:*_entry: local timer, IPIs; irq:irq_handler_entry: device IRQs) and user page
+# faults; NAME.irqs gets their "[CPU] TIME" lines for brstack.awk (see there: the IRET of such
+# an event within a stack's last 32 branches is dropped by Linux, so that stack is shorter).
+with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vectors:*_entry' -e irq:irq_handler_entry -e exceptions:page_fault_user -o $wi.irq.data 2>$wi.irq.log & wp=$!; while [ ! -s $wi.irq.data ]; do sleep 0.1; done; sleep 1; "$@"; kill -INT $wp; wait $wp; perf script --ns -i $wi.irq.data -F cpu,time >$wi.irqs 2>/dev/null; }
 dmesg | grep 'Performance Events:'; dmesg | grep -q 'Performance Events: PEBS fmt3+, Skylake events, 32-deep LBR, full-width counters, Intel PMU driver' && test "$(cat /sys/bus/event_source/devices/cpu/caps/max_precise)" = 3
 ! dmesg | grep -v -F 'RETBleed: WARNING: Spectre v2 mitigation leaves CPU vulnerable to RETBleed attacks, data leaks possible!' | grep -i -E 'unchecked MSR|unhandled (rd|wr)msr|Dazed|Uhhuh|NMI received for unknown|perf.*(fail|broken)|WARNING|cut here|Call Trace'
 echo 100000 > /proc/sys/kernel/perf_event_max_sample_rate; echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent
@@ -155,8 +170,9 @@ perf record -q -e instructions:u -c 10007 -o np.data calls 100000 >/dev/null; ! 
 # boundaries (README "PEBS"), so only: samples, each IP an instruction of the binary.
 perf record -q -e cycles:upp -c 100003 -o cpp.data calls 100000 >/dev/null; perf script -i cpp.data -F ip,sym 2>/dev/null | awk -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
 perf record -q -e cycles:uppp -c 100003 -o cppp.data calls 100000 >/dev/null; perf script -i cppp.data -F ip,sym 2>/dev/null | awk -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
-# PEBS and LBR together: the branch stacks read at the PEBS threshold PMIs are real branches too.
-perf record -q -b -e instructions:upp -c 10007 -o bpp.data calls 100000 >/dev/null; perf script -i bpp.data -F brstack 2>/dev/null | awk -v depth=32 -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
+# PEBS and LBR together: the branch stacks read at the PEBS threshold PMIs are real branches too,
+# 32 of them except after an interrupt (as in the first boot).
+with_irqs bpp perf record -q --sample-cpu -b -e instructions:upp -c 10007 -o bpp.data calls 100000 >/dev/null; perf script --ns -i bpp.data -F cpu,time,brstack 2>/dev/null | awk -v depth=32 -v irqs=bpp.irqs -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 GUEST
 LINUX_GUEST_TIMEOUT=${LINUX_GUEST_TIMEOUT:-600} bash "$top/scripts/linux-guest/run.sh" "$script" -plugin "$plugin" "$@"
 rc=$?
