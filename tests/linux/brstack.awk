@@ -25,7 +25,8 @@
 # it. With `irqs` (a file of "CPU TIME" lines: the interrupts and user page faults a
 # system-wide `perf record` of tracepoints saw, `perf script --ns -F cpu,time`) and stacks read
 # with `-F cpu,time,brstack --ns`, a stack shorter than `depth` is accepted only when such an
-# event happened on its CPU since the previous sample; without `irqs`, never.
+# event happened on its CPU since the previous sample (for the first sample: since the recorder
+# started, which includes the workload's start-up page faults); without `irqs`, never.
 # Prints the counts and exits 1 on any violation (or an empty input).
 function hex(s) {
     s = tolower(s)

@@ -60,7 +60,8 @@ FILENAME == ARGV[1] { next }
         k = trunc[g]
         lo = k > 0 ? at[k - 1] : 0
         hi = k + 1 < na ? at[k + 1] : 1e18
-        if (t > lo && t < hi && (best < 0 || (t - at[k]) ^ 2 < (t - at[trunc[best]]) ^ 2)) best = g
+        d = t - at[k]; if (d < 0) d = -d
+        if (t > lo && t < hi && (best < 0 || d < bestd)) { best = g; bestd = d }
     }
     if (best < 0) { bad++; print "BAD: an error away from any truncated record: " $0; next }
     near[best]++
