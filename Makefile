@@ -42,6 +42,7 @@ test: test-unit test-corpus test-linux
 
 # A stock Debian Linux guest running perf with the emulated Intel PT (~5 minutes under TCG).
 test-linux: all qemu
+	@bash tests/linux/checkers-selftest.sh
 	@bash tests/linux/perf_pt.sh
 	@bash tests/linux/newest_pt.sh
 

@@ -4,7 +4,7 @@
 //! IA32_PERF_CAPABILITIES[5:0]: addresses in FROM/TO, flags in LBR_INFO).
 //!
 //! Recording is driven by retirement events (taken branches, far transfers, interrupts and
-//! exceptions) with the branch's class, source CPL and the static predictor's verdict; the
+//! exceptions) with the branch's class, the CPL it ends at and the static predictor's verdict; the
 //! cycle count field of LBR_INFO is not modelled (0).
 
 use crate::insn_class::BranchKind;
@@ -24,8 +24,8 @@ pub struct LbrSelect(pub u64);
 
 impl LbrSelect {
     pub const RESERVED: u64 = !0x3FF;
-    reg_flag!(cpl_eq_0, set_cpl_eq_0, 0, "[0] CPL_EQ_0: do not capture branches in ring 0");
-    reg_flag!(cpl_neq_0, set_cpl_neq_0, 1, "[1] CPL_NEQ_0: do not capture branches in rings > 0");
+    reg_flag!(cpl_eq_0, set_cpl_eq_0, 0, "[0] CPL_EQ_0: do not capture branches ending in ring 0");
+    reg_flag!(cpl_neq_0, set_cpl_neq_0, 1, "[1] CPL_NEQ_0: do not capture branches ending in rings > 0");
     reg_flag!(jcc, set_jcc, 2, "[2] JCC: suppress conditional branches");
     reg_flag!(near_rel_call, set_near_rel_call, 3, "[3] NEAR_REL_CALL");
     reg_flag!(near_ind_call, set_near_ind_call, 4, "[4] NEAR_IND_CALL");
@@ -35,7 +35,11 @@ impl LbrSelect {
     reg_flag!(far_branch, set_far_branch, 8, "[8] FAR_BRANCH (far transfers, interrupts, exceptions)");
     reg_flag!(en_callstack, set_en_callstack, 9, "[9] EN_CALLSTACK: returns pop the stack");
 
-    /// Is a transfer of class `kind` (None: an interrupt or exception) at `cpl` captured?
+    /// Is a transfer of class `kind` (None: an interrupt or exception) that ends at privilege
+    /// `cpl` captured? the SDM's MSR_LBR_SELECT table (Vol. 3B, LBR filtering): CPL_EQ_0 / CPL_NEQ_0 filter by
+    /// the ring a branch *ends* in (Linux's `branch_type()` classifies the same way: "branch priv
+    /// level determined by target as is done by HW"): with user-only filtering an interrupt from
+    /// ring 3 is not captured, the IRET/SYSRET back to ring 3 is.
     pub fn captures(self, kind: Option<BranchKind>, cpl: u8) -> bool {
         if (cpl == 0 && self.cpl_eq_0()) || (cpl != 0 && self.cpl_neq_0()) {
             return false;
@@ -137,7 +141,7 @@ impl LbrStack {
         }
     }
 
-    /// A taken transfer `from` -> `to` of class `kind` (None: interrupt or exception) at source
+    /// A taken transfer `from` -> `to` of class `kind` (None: interrupt or exception) ending at
     /// privilege `cpl` retired while recording (DEBUGCTL.LBR = 1, not frozen).
     pub fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool) {
         if !self.select.captures(kind, cpl) {
@@ -187,6 +191,22 @@ mod tests {
     }
 
     #[test]
+    fn user_only_select_filters_by_the_ring_a_branch_ends_in() {
+        // perf record -b -e ...:u: LBR_SELECT = CPL_EQ_0. A timer interrupt taken in ring 3 ends
+        // in ring 0: not captured (it used to be, by its source CPL); the IRET back to ring 3 is
+        // captured, with its kernel FROM address. (Linux 6.1.192's intel_pmu_lbr_filter drops
+        // that entry from a user-only stack, so such a sample shows 31 of 32 entries, as on
+        // hardware: README "LBR".)
+        let mut l = LbrStack::default();
+        l.write(MSR_LBR_SELECT, 0x1).unwrap();
+        l.record(CALL, 0x401000, 0x401100, 3, false);
+        l.record(None, 0x401105, 0xFFFF_FFFF_8100_0000, 0, true); // interrupt: ends in ring 0
+        assert_eq!(l.entries().next(), Some((0x401000, 0x401100, 0)));
+        l.record(Some(BranchKind::Far(FarKind::Iret)), 0xFFFF_FFFF_8100_0100, 0x401105, 3, true);
+        assert_eq!(l.entries().next().map(|e| (e.0, e.1)), Some((0xFFFF_FFFF_8100_0100, 0x401105)));
+    }
+
+    #[test]
     fn lbr_select_filters_by_cpl_and_class() {
         let mut l = LbrStack::default();
         // Linux's user-only call stack: CPL_EQ_0 | JCC | NEAR_IND_JMP | NEAR_REL_JMP | FAR | EN_CALLSTACK.
@@ -194,7 +214,7 @@ mod tests {
         l.record(CALL, 0x10, 0x100, 3, false); // recorded
         l.record(JCC, 0x100, 0x120, 3, false); // suppressed
         l.record(CALL, 0x130, 0x200, 0, false); // kernel: suppressed
-        l.record(Some(BranchKind::Far(FarKind::Syscall)), 0x140, 0xFFFF_8000_0000_0000, 3, false);
+        l.record(Some(BranchKind::Far(FarKind::Syscall)), 0x140, 0xFFFF_8000_0000_0000, 0, false);
         l.record(CALL, 0x150, 0x300, 3, false); // recorded
         assert_eq!(l.entries().next(), Some((0x150, 0x300, 0)));
         l.record(RET, 0x300, 0x155, 3, false); // pops

@@ -348,8 +348,8 @@ impl Options {
 pub struct SystemOptions {
     /// Capability profile the guest sees through CPUID leaf 14H.
     pub caps: crate::pt::caps::PtCaps,
-    /// CPUID.01H family/model/stepping of the part the profile models (`profile=sapphirerapids`);
-    /// None: QEMU's own.
+    /// CPUID.01H family/model/stepping of the part the profile models (Skylake 06_5EH, Sapphire
+    /// Rapids 06_8FH); None: QEMU's own (`profile=minimal`).
     pub signature: Option<crate::pt::caps::CpuSignature>,
     /// If set: also write each vCPU's packet stream to DIR/thread-N.pt for vCPU N-1 (exactly the bytes written to
     /// guest memory), code.img, and with `truth` the executed instructions to DIR/thread-N.truth.
@@ -375,7 +375,7 @@ pub struct SystemOptions {
 }
 
 pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
-  profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default), minimal;
+  profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default, CPUID 06_5EH), minimal;
                     sapphirerapids: CPUID 06_8FH with the newer PT features (README \"Newest parts\");
                     silvermont: Atom RTIT (seed 002) instead of Intel PT, CPUID family/model 06_4DH
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
@@ -393,7 +393,7 @@ impl SystemOptions {
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<SystemOptions, OptionError> {
         let mut o = SystemOptions {
             caps: crate::pt::caps::PtCaps::SKYLAKE,
-            signature: None,
+            signature: Some(crate::pt::caps::SKYLAKE_SIGNATURE),
             out: None,
             truth: false,
             bts: true,
@@ -411,7 +411,11 @@ impl SystemOptions {
                 return err(format!("option '{arg}' has no value (expected key=value)\n{SYSTEM_USAGE}"));
             };
             match key {
-                "profile" if v == "silvermont" => o.rtit = true,
+                "profile" if v == "silvermont" => {
+                    // Its signature (06_4DH) comes with RTIT (`rtit::SILVERMONT`).
+                    o.rtit = true;
+                    o.signature = None;
+                }
                 "profile" => {
                     (o.caps, o.signature) = crate::pt::caps::PtCaps::profile(v).ok_or_else(|| {
                         OptionError(format!(
@@ -517,7 +521,10 @@ mod tests {
         let spr = SystemOptions::parse(["profile=sapphirerapids"]).unwrap();
         assert_eq!(spr.caps, crate::pt::caps::PtCaps::SAPPHIRE_RAPIDS);
         assert_eq!(spr.signature.map(|s| s.cpuid_01_eax()), Some(0x0008_06F8));
-        assert_eq!(SystemOptions::parse(["profile=skylake"]).unwrap().signature, None);
+        let skl = Some(crate::pt::caps::SKYLAKE_SIGNATURE);
+        assert_eq!(SystemOptions::parse(["profile=skylake"]).unwrap().signature, skl);
+        assert_eq!(SystemOptions::parse([]).unwrap().signature, skl);
+        assert_eq!(SystemOptions::parse(["profile=minimal"]).unwrap().signature, None);
         assert!(s("truth=1").contains("needs out=DIR"));
         assert!(s("branch=1").contains("unknown option 'branch'"));
         assert!(SystemOptions::parse(["profile=skylake", "out=/tmp/x", "truth=1"]).is_ok());

@@ -107,8 +107,12 @@ struct Retire<'a> {
     /// The performance counters (told about retirements only while one counts; the caller
     /// asks `take_pmi` afterwards).
     pmu: &'a mut Pmu,
-    /// The LBR stack while it records (DEBUGCTL.LBR = 1 and not frozen).
+    /// The LBR stack while it records (DEBUGCTL.LBR = 1 and not frozen); None from the moment
+    /// a retirement requests a PMI with FREEZE_LBRS_ON_PMI (`Pmu::lbr_freeze_requested`).
     lbr: Option<&'a mut LbrStack>,
+    /// The instruction that just retired requested that freeze: its own branch record (which
+    /// follows its retirement) is the last one.
+    lbr_freeze_after: bool,
     /// Where the instruction that triggered a due PEBS record is noted (its EventingIP).
     pebs_eventing: &'a mut Option<u64>,
 }
@@ -129,6 +133,7 @@ impl RetireSink for Retire<'_> {
                 l.record(Some(kind), ip, next, self.pt.context().cpl, misp);
             }
         }
+        self.lbr_freeze_now();
         self.pt.branch(ip, nlip, kind, next);
         if let Some(r) = self.rtit.as_deref_mut() {
             r.branch(ip, nlip, kind, next);
@@ -141,8 +146,9 @@ impl RetireSink for Retire<'_> {
     fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
         if let Some(l) = self.lbr.as_deref_mut() {
             // Far transfers are not predicted by the static model (`bts::prediction`).
-            l.record(Some(BranchKind::Far(kind)), ip, next, self.pt.context().cpl, true);
+            l.record(Some(BranchKind::Far(kind)), ip, next, to.cpl, true);
         }
+        self.lbr_freeze_now();
         if kind == FarKind::Iret && self.pt.event_en() {
             // Event Trace: CFE(IRET) and FUP(the IRET) before the middle packets and TIP.
             self.pt.cfe_iret(ip);
@@ -163,8 +169,9 @@ impl RetireSink for Retire<'_> {
     }
     fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
         if let Some(l) = self.lbr.as_deref_mut() {
-            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, self.pt.context().cpl, true);
+            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, to.cpl, true);
         }
+        self.lbr_freeze_now();
         let why = AsyncKind::SoftwareInterrupt { ip };
         self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
@@ -173,9 +180,12 @@ impl RetireSink for Retire<'_> {
         self.bts_event(why, handler, to);
     }
     fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
+        // Not a record of the instruction that retired: after a freeze it requested (e.g. the
+        // PMI's own delivery).
+        self.lbr_freeze_now();
         if let Some(l) = self.lbr.as_deref_mut() {
             // FROM as for BTS: the faulting instruction, or the next one for an interrupt.
-            l.record(None, why.fup_ip(), handler, self.pt.context().cpl, true);
+            l.record(None, why.fup_ip(), handler, to.cpl, true);
         }
         self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
@@ -184,20 +194,34 @@ impl RetireSink for Retire<'_> {
         self.bts_event(why, handler, to);
     }
     fn plain_retired(&mut self, n: u64, last_ip: u64) {
+        self.lbr_freeze_now();
         if self.pmu.active() {
             self.pmu.retire(n, Retired::PLAIN, self.pt.context().cpl);
             self.note_pebs(last_ip);
+            // No branch among them: nothing more is recorded once one requested a PMI.
+            self.lbr_freeze_after = self.pmu.lbr_freeze_requested();
+            self.lbr_freeze_now();
         }
     }
     fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
+        self.lbr_freeze_now();
         if self.pmu.active() {
             self.pmu.retire(1, Retired::of(kind, ip, nlip, next), self.pt.context().cpl);
             self.note_pebs(ip);
+            // Its own branch record (reported next) still goes in.
+            self.lbr_freeze_after = self.pmu.lbr_freeze_requested();
         }
     }
 }
 
 impl Retire<'_> {
+    /// A freeze requested by a retirement takes effect (FREEZE_LBRS_ON_PMI, SDM §18.4.7).
+    fn lbr_freeze_now(&mut self) {
+        if std::mem::take(&mut self.lbr_freeze_after) {
+            self.lbr = None;
+        }
+    }
+
     /// A PEBS record became due with the instruction at `ip` (exact when the instructions were
     /// reported one by one, see `Pmu::pebs_within`).
     fn note_pebs(&mut self, ip: u64) {
@@ -818,6 +842,7 @@ impl Shared {
         !self.opts.rtit
             && v.bts.debugctl().lbr()
             && v.pmu.global_status() & pttrace_core::pmu::STATUS_LBR_FRZ == 0
+            && !v.pmu.lbr_freeze_requested()
     }
 
     fn vcpu_init(&self, vcpu: VCPUIndex) {
@@ -1329,6 +1354,7 @@ impl Shared {
             bts_pmi: false,
             pmu: &mut v.pmu,
             lbr: lbr_on.then_some(&mut v.lbr),
+            lbr_freeze_after: false,
             pebs_eventing: &mut v.pebs_eventing,
         };
         let delivered = v.flow.delivered_last();
@@ -1454,6 +1480,7 @@ impl Shared {
             bts_pmi: false,
             pmu: &mut v.pmu,
             lbr: None,
+            lbr_freeze_after: false,
             pebs_eventing: &mut v.pebs_eventing,
         };
         v.flow.catch_up(&mut sink, ip);
@@ -2303,6 +2330,7 @@ impl Shared {
                 bts_pmi: false,
                 pmu: &mut v.pmu,
                 lbr: lbr_on.then_some(&mut v.lbr),
+                lbr_freeze_after: false,
                 pebs_eventing: &mut v.pebs_eventing,
             };
             // The handler's code segment (real mode: the IVT's CS) for the event's TIP; with

@@ -55,7 +55,8 @@ asm(".text\n"
 
 struct rec { uint64_t from, to, info; };
 
-static volatile uint64_t pmis, pmi_status, pmi_tos;
+static volatile uint64_t pmis, pmi_status, pmi_tos, pmi_from, pmi_to;
+static struct rec youngest(int k);
 
 static void pmi_handler(struct trap_frame *f)
 {
@@ -63,6 +64,9 @@ static void pmi_handler(struct trap_frame *f)
     pmis++;
     pmi_status = rdmsr(IA32_PERF_GLOBAL_STATUS);
     pmi_tos = rdmsr(MSR_LBR_TOS);
+    struct rec r = youngest(0);
+    pmi_from = r.from;
+    pmi_to = r.to;
     wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
     wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, pmi_status & ~LBR_FRZ); /* keep the LBRs frozen */
     lapic_write(LAPIC_LVT_PERF, PMI_VECTOR);
@@ -143,8 +147,13 @@ void test_main(void)
     (void)sink;
     irq_disable();
     uint64_t tos_after = rdmsr(MSR_LBR_TOS);
-    printf("LBR freeze: %lu PMI, status %lx, TOS at the PMI %lu, after %lu\n", pmis, pmi_status, pmi_tos, tos_after);
+    printf("LBR freeze: %lu PMI, status %lx, TOS at the PMI %lu, after %lu, youngest %lx -> %lx (branchy at %lx)\n",
+           pmis, pmi_status, pmi_tos, tos_after, pmi_from, pmi_to, (uint64_t)branchy);
     ASSERT_EQ(pmis, 1);
+    /* The stack froze at the PMI request (the overflow inside branchy's loop): its youngest
+     * record is a branch of the loop, not the PMI's own delivery into the handler. */
+    ASSERT(pmi_from >= (uint64_t)branchy && pmi_from < (uint64_t)branchy + 0x100);
+    ASSERT(pmi_to >= (uint64_t)branchy && pmi_to < (uint64_t)branchy + 0x100);
     ASSERT(pmi_status & LBR_FRZ);
     ASSERT(pmi_status & 1);
     ASSERT_EQ(tos_after, pmi_tos);              /* frozen through the rest of the loop */

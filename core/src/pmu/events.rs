@@ -101,6 +101,11 @@ impl Event {
         use Retired as R;
         Some(match (event, umask) {
             (0xC0, 0x00) => Event::Retirement(0),
+            // INST_RETIRED.PREC_DIST (Skylake 06_5EH, counter 1 only): instructions retired, the
+            // umask only asks the hardware for a PEBS IP distribution without shadowing, which
+            // the model's PEBS has anyway (a record names the exact instruction). Linux uses it
+            // for `:ppp` (and `cycles:ppp`: INV, CMASK = 16).
+            (0xC0, 0x01) => Event::Retirement(0),
             (0x3C, 0x00) => Event::CoreCycles,
             (0x3C, 0x01) => Event::RefCycles,
             // BR_INST_RETIRED: ALL_BRANCHES (00H, and 04H the PEBS flavour), CONDITIONAL,
@@ -168,6 +173,8 @@ mod tests {
     #[test]
     fn architectural_encodings_decode_and_unknown_ones_do_not() {
         assert_eq!(Event::decode(0xC0, 0), Some(Event::Retirement(0)));
+        assert_eq!(Event::decode(0xC0, 1), Some(Event::Retirement(0)), "INST_RETIRED.PREC_DIST");
+        assert_eq!(Event::decode(0xC0, 2), None);
         assert_eq!(Event::decode(0xC4, 0), Some(Event::Retirement(Retired::BRANCH)));
         assert_eq!(Event::decode(0xC5, 0), Some(Event::Retirement(Retired::BRANCH | Retired::MISP)));
         assert_eq!(Event::decode(0x3C, 1), Some(Event::RefCycles));

@@ -385,6 +385,15 @@ impl Pmu {
         self.global_status
     }
 
+    /// IA32_DEBUGCTL[11] FREEZE_LBRS_ON_PMI is set and a PMI was requested since the last
+    /// `take_pmi`: the LBR stack is frozen from the request on (SDM Vol. 3B §18.4.7: "the LBR
+    /// stack is frozen on a hardware PMI request"), before `take_pmi` sets LBR_Frz and before
+    /// the PMI is delivered, so neither the instructions after the overflowing one nor the
+    /// PMI's own delivery are recorded.
+    pub fn lbr_freeze_requested(&self) -> bool {
+        self.pmi_pending && self.freeze_lbrs_on_pmi
+    }
+
     /// Recompute which counters count (after any control write, overflow freeze or unfreeze).
     fn refresh(&mut self) {
         self.active.clear();

@@ -191,9 +191,14 @@ fn legacy_freeze_clears_global_ctrl_version_4_sets_ctr_frz() {
     p.set_debugctl((1 << 12) | (1 << 11));
     p.write(IA32_A_PMC0, (1 << 48) - 1).unwrap();
     p.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN | INT).unwrap();
+    assert!(!p.lbr_freeze_requested());
     assert!(p.retire(1, Retired::PLAIN, 3));
+    // FREEZE_LBRS_ON_PMI: the LBRs stop at the request, before take_pmi sets LBR_Frz.
+    assert!(p.lbr_freeze_requested());
+    assert_eq!(p.global_status() & STATUS_LBR_FRZ, 0);
     p.retire(2, Retired::PLAIN, 3); // the rest of the block still counts
     assert!(p.take_pmi());
+    assert!(!p.lbr_freeze_requested(), "from here LBR_Frz holds the freeze");
     assert_eq!(p.read(IA32_PMC0), Ok(2));
     assert_eq!(p.read(IA32_PERF_GLOBAL_STATUS), Ok(1 | STATUS_CTR_FRZ | STATUS_LBR_FRZ));
     assert_eq!(p.read(IA32_PERF_GLOBAL_CTRL), Ok(0x7_0000_000F), "GLOBAL_CTRL untouched in version 4");

@@ -64,6 +64,12 @@ impl CpuSignature {
     }
 }
 
+/// Skylake client (6th generation Core, e.g. Core i7-6700K): family 6, model 5EH, stepping 3
+/// (CPUID.01H:EAX 000506E3H; Linux INTEL_FAM6_SKYLAKE). The part whose PMU the default profile
+/// models (perfmon version 4, 32 model-specific LBRs, PEBS format 3: SDM Vol. 4 Table 2-20 for
+/// 06_5EH), so Linux picks its Skylake tables (README "Counting PMU").
+pub const SKYLAKE_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x5E, stepping: 3 };
+
 /// Sapphire Rapids (Xeon Scalable 4th generation): family 6, model 8FH, stepping 8 (CPUID.01H:EAX
 /// 000806F8H; Linux INTEL_FAM6_SAPPHIRERAPIDS_X).
 pub const SAPPHIRE_RAPIDS_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x8F, stepping: 8 };
@@ -156,10 +162,10 @@ impl PtCaps {
     }
 
     /// A profile by name, with the CPUID.01H signature of the part it models (None: QEMU's own
-    /// family/model stays, as for the Skylake-class default).
+    /// family/model stays, as for `minimal`, which models no real part).
     pub fn profile(name: &str) -> Option<(PtCaps, Option<CpuSignature>)> {
         match name {
-            "skylake" | "default" => Some((PtCaps::SKYLAKE, None)),
+            "skylake" | "default" => Some((PtCaps::SKYLAKE, Some(SKYLAKE_SIGNATURE))),
             "minimal" => Some((PtCaps::MINIMAL, None)),
             "sapphirerapids" => Some((PtCaps::SAPPHIRE_RAPIDS, Some(SAPPHIRE_RAPIDS_SIGNATURE))),
             _ => None,
@@ -230,8 +236,8 @@ mod tests {
         // PTWRITE is never enumerated: QEMU's TCG has no PTWRITE instruction.
         assert_eq!(c.cpuid_14(0)[1] & (1 << 4), 0);
         assert_eq!(c.phys_addr_reserved_mask(), 0xFFFF_C000_0000_0000);
-        // The existing profiles keep QEMU's family/model.
-        assert_eq!(PtCaps::profile("skylake").unwrap().1, None);
+        // Skylake is 06_5EH stepping 3; `minimal` models no real part and keeps QEMU's.
+        assert_eq!(PtCaps::profile("skylake").unwrap().1.unwrap().cpuid_01_eax(), 0x0005_06E3);
         assert_eq!(PtCaps::profile("minimal").unwrap().1, None);
     }
 
