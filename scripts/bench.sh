@@ -153,10 +153,15 @@ echo "  ($(nproc) host CPUs; by default the vCPU runs its recorded blocks, PTTRA
 # and the write of perf.data included, as a user sees it).
 lscript=$(mktemp)
 cat >"$lscript" <<'GUEST'
-cd /tmp; perf record -q -e dummy:u -o d.data true >/dev/null 2>&1; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e intel_pt//u -o w.data calls 10000000 >/dev/null; t2=$(cut -d' ' -f1 /proc/uptime); perf record -q -e dummy:u -o d.data calls 10000000 >/dev/null 2>&1; t3=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" 'BEGIN { printf "LINUXBENCH plain_ms=%d perf_ms=%d dummy_ms=%d\n", (b - a) * 1000, (c - b) * 1000, (d - c) * 1000 }'
+cd /tmp; perf record -q -e dummy:u -o d.data true >/dev/null 2>&1; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e intel_pt//u -o w.data calls 10000000 >/dev/null; t2=$(cut -d' ' -f1 /proc/uptime); perf record -q -e dummy:u -o d.data calls 10000000 >/dev/null 2>&1; t3=$(cut -d' ' -f1 /proc/uptime); perf stat -x, -o s.txt -e instructions:u,branches:u calls 10000000 >/dev/null; t4=$(cut -d' ' -f1 /proc/uptime); perf record -q -b -e instructions:u -c 100003 -o b.data calls 10000000 >/dev/null 2>&1; t5=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" -v e="$t4" -v f="$t5" 'BEGIN { printf "LINUXBENCH plain_ms=%d perf_ms=%d dummy_ms=%d stat_ms=%d lbr_ms=%d\n", (b - a) * 1000, (c - b) * 1000, (d - c) * 1000, (e - d) * 1000, (f - e) * 1000 }'
+GUEST
+# PEBS needs its own boot (`pebs=1`): the same workload plain and under precise sampling.
+pscript=$(mktemp)
+cat >"$pscript" <<'GUEST'
+cd /tmp; perf record -q -e dummy:u -o d.data true >/dev/null 2>&1; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e instructions:upp -c 100003 -o p.data calls 10000000 >/dev/null 2>&1; t2=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "PEBSBENCH plain_ms=%d pebs_ms=%d\n", (b - a) * 1000, (c - b) * 1000 }'
 GUEST
 bootmsg() { sed -n 's/.*guest reached \/init at \([0-9.]*\) s uptime.*/\1/p' | tail -1; }
-nb=() wb=() lp=() lw=() ld=()
+nb=() wb=() lp=() lw=() ld=() ls=() lb=() pp=() pb=()
 for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   nb+=("$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" 2>&1 | tr -d '\r' | bootmsg)")
   lout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" -plugin "$plugin" 2>&1 | tr -d '\r')
@@ -164,8 +169,13 @@ for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   lp+=("$(sed -n 's/^LINUXBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   lw+=("$(sed -n 's/^LINUXBENCH .*perf_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   ld+=("$(sed -n 's/^LINUXBENCH .*dummy_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
+  ls+=("$(sed -n 's/^LINUXBENCH .*stat_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
+  lb+=("$(sed -n 's/^LINUXBENCH .*lbr_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
+  pout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$pscript" -plugin "$plugin,pebs=1" 2>&1 | tr -d '\r')
+  pp+=("$(sed -n 's/^PEBSBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$pout")")
+  pb+=("$(sed -n 's/^PEBSBENCH .*pebs_ms=\([0-9]*\).*/\1/p' <<<"$pout")")
 done
-rm -f "$lscript"
+rm -f "$lscript" "$pscript"
 echo
 echo "Linux guest (Debian 6.1 kernel, 2 vCPUs; median of ${BENCH_LINUX_RUNS:-1}):"
 echo "  boot to /init, no plugin:                $(m "${nb[@]}") s uptime"
@@ -173,3 +183,6 @@ echo "  boot to /init, plugin loaded:            $(m "${wb[@]}") s uptime ($(r "
 echo "  calls 10000000 (guest /proc/uptime):     $(m "${lp[@]}") ms"
 echo "  the same under perf record -e intel_pt//u:$(m "${lw[@]}") ms ($(r "$(m "${lw[@]}")" "$(m "${lp[@]}")"))"
 echo "  the same under perf record -e dummy:u:    $(m "${ld[@]}") ms ($(r "$(m "${ld[@]}")" "$(m "${lp[@]}")"): perf's own start-up and write, nothing traced)"
+echo "  counting, perf stat -e instructions:u,branches:u: $(m "${ls[@]}") ms ($(r "$(m "${ls[@]}")" "$(m "${lp[@]}")"))"
+echo "  LBR sampling, perf record -b -e instructions:u -c 100003: $(m "${lb[@]}") ms ($(r "$(m "${lb[@]}")" "$(m "${lp[@]}")"))"
+echo "  PEBS boot (pebs=1): calls 10000000 $(m "${pp[@]}") ms; perf record -e instructions:upp -c 100003: $(m "${pb[@]}") ms ($(r "$(m "${pb[@]}")" "$(m "${pp[@]}")"))"
