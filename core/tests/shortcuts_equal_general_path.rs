@@ -56,9 +56,9 @@ fn config(rng: &mut Rng) -> TraceConfig {
     cfg
 }
 
-/// A random block end somewhere in 0x401000..0x402000 (small, so targets repeat and RETs match).
-fn block_end(rng: &mut Rng, pc: u64) -> &'static BlockEnd {
-    let ip = pc + rng.below(0x20);
+/// A random last instruction at `ip`, its targets in 0x401000..0x402000 (small, so targets
+/// repeat and RETs match); `far` is the class of its far transfers.
+fn random_last(rng: &mut Rng, ip: u64, far: FarKind) -> ClassifiedInsn {
     let len = 1 + rng.below(6) as u8;
     let target = 0x401000 + rng.below(0x100) * 0x10;
     let kind = match rng.below(12) {
@@ -69,9 +69,15 @@ fn block_end(rng: &mut Rng, pc: u64) -> &'static BlockEnd {
         7 => BranchKind::IndirectJump,
         8 => BranchKind::IndirectCall,
         9 | 10 => BranchKind::Return,
-        _ => BranchKind::Far(FarKind::Syscall),
+        _ => BranchKind::Far(far),
     };
-    Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string: rng.below(40) == 0 })))
+    ClassifiedInsn { ip, len, kind, rep_string: rng.below(40) == 0 }
+}
+
+/// A random user-mode block end somewhere in 0x401000..0x402000.
+fn block_end(rng: &mut Rng, pc: u64) -> &'static BlockEnd {
+    let ip = pc + rng.below(0x20);
+    Box::leak(Box::new(BlockEnd::new(random_last(rng, ip, FarKind::Syscall))))
 }
 
 #[test]
@@ -273,22 +279,9 @@ fn batch_run_equals_blocks_one_at_a_time() {
 fn sys_block(rng: &mut Rng, t: u64) -> std::sync::Arc<SysBlock> {
     let n = 1 + rng.below(4);
     let insns: Vec<u64> = (0..n).map(|i| t + i * 3).collect();
-    let ip = *insns.last().unwrap();
-    let len = 1 + rng.below(6) as u8;
-    let target = 0x401000 + rng.below(0x100) * 0x10;
-    let kind = match rng.below(14) {
-        0 | 1 => BranchKind::None,
-        2..=5 => BranchKind::Conditional { target },
-        6 => BranchKind::DirectJump { target },
-        7 => BranchKind::DirectCall { target: if rng.below(8) == 0 { ip + u64::from(len) } else { target } },
-        8 => BranchKind::IndirectJump,
-        9 => BranchKind::IndirectCall,
-        10 | 11 => BranchKind::Return,
-        12 => BranchKind::Far(FarKind::Sysret),
-        _ => BranchKind::None,
-    };
-    let writes_cr3 = kind == BranchKind::None && rng.below(10) == 0;
-    std::sync::Arc::new(SysBlock::new(insns, ClassifiedInsn { ip, len, kind, rep_string: rng.below(40) == 0 }, writes_cr3))
+    let last = random_last(rng, *insns.last().unwrap(), FarKind::Sysret);
+    let writes_cr3 = last.kind == BranchKind::None && rng.below(10) == 0;
+    std::sync::Arc::new(SysBlock::new(insns, last, writes_cr3))
 }
 
 struct FixedCpu;
