@@ -332,17 +332,8 @@ impl<B: BlockRef> SystemFlow<B> {
                 if last_started != cur.last.ip {
                     break None;
                 }
-                let end = cur.direct;
-                let more = if end.explains(pc.wrapping_sub(delta)) {
-                    run.direct(&end.relocated(delta), pc)
-                } else if cur.last.kind == BranchKind::Return && !cur.last.rep_string {
-                    match run.compressed_ret(pc) {
-                        Some(more) => more,
-                        None => break None,
-                    }
-                } else {
-                    break None;
-                };
+                let end = cur.direct.explains(pc.wrapping_sub(delta)).then(|| cur.direct.relocated(delta));
+                let Some(more) = run.retired(&cur.last, end.as_ref(), pc) else { break None };
                 n += 1;
                 (cur, delta) = (b, d);
                 if !more {

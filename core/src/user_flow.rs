@@ -430,15 +430,8 @@ impl UserFlow {
             let Some(b) = blocks.next() else { return Some((n, prev, None)) };
             *clock += b.n_insns();
             let pc = b.pc();
-            let more = if prev.direct.explains(pc) {
-                run.direct(&prev.direct, pc)
-            } else if prev.last.kind == BranchKind::Return && !prev.last.rep_string {
-                // A RET that compresses (what `resolve` does for it without a signal probe).
-                match run.compressed_ret(pc) {
-                    Some(more) => more,
-                    None => return Some((n, prev, Some((b, false)))),
-                }
-            } else {
+            // (A RET that compresses is what `resolve` does for it without a signal probe.)
+            let Some(more) = run.retired(&prev.last, prev.direct.explains(pc).then_some(&prev.direct), pc) else {
                 return Some((n, prev, Some((b, false))));
             };
             n += 1;

@@ -58,7 +58,7 @@ use super::packet::{ExecMode, IpCompression, IpPayload, Packet};
 use super::ret_stack::RetStack;
 use super::rtit_ctl::{AddrRange, RtitCtl};
 use super::tnt::TntBuffer;
-use crate::insn_class::{BranchKind, FarKind};
+use crate::insn_class::{BranchKind, ClassifiedInsn, FarKind};
 
 /// TSC ticks per ART (crystal clock) tick: CPUID.15H reports EBX/EAX = ART_RATIO/1.
 pub const ART_RATIO: u64 = 128;
@@ -1331,7 +1331,7 @@ impl Tracer {
 pub struct SteadyRun<'a> {
     t: &'a mut Tracer,
     /// The pending TNT results, kept here (in registers) while the run lasts.
-    tnt: super::tnt::TntBuffer,
+    tnt: TntBuffer,
     resume_ip: u64,
     resumes: u64,
     tnt_bits: u64,
@@ -1342,33 +1342,39 @@ pub struct SteadyRun<'a> {
 }
 
 impl SteadyRun<'_> {
-    /// The block end `end` retired with `next` as its fixed successor (the caller checked
-    /// `end.explains(next)`). False: the PSB period was reached with this block; end the run
-    /// and call [`Tracer::psb_if_due`] with `next`.
+    /// The block whose last instruction is `last` retired with `next` as its successor: along
+    /// `end`, its fixed successors at the addresses the block ran at, when the caller found that
+    /// they explain `next` (`direct`), or else by a near RET that compresses
+    /// (`compressed_ret`). Some(false): the PSB period was reached with this block (end the run
+    /// and call [`Tracer::psb_if_due`] with `next`); None: neither applies, nothing changed (the
+    /// general path explains the block).
     #[inline(always)]
-    pub fn direct(&mut self, end: &crate::user_flow::DirectFlow, next: u64) -> bool {
+    pub fn retired(&mut self, last: &ClassifiedInsn, end: Option<&crate::user_flow::DirectFlow>, next: u64) -> Option<bool> {
+        match end {
+            Some(end) => Some(self.direct(end, next)),
+            None if last.kind == BranchKind::Return && !last.rep_string => self.compressed_ret(next),
+            None => None,
+        }
+    }
+
+    /// The block end `end` retired with `next` as its fixed successor (`end.explains(next)`).
+    #[inline(always)]
+    fn direct(&mut self, end: &crate::user_flow::DirectFlow, next: u64) -> bool {
         self.resume_ip = next;
         self.resumes += 1;
         self.tnt_bits += u64::from(end.conditional);
-        let mut more = true;
-        if let Some((bits, count)) = self.tnt.push_if(end.conditional, next != end.fall) {
-            super::encode::push_tnt_short(u64::from(bits), count, &mut self.t.out);
-            self.tnt_packets += 1;
-            self.psb_room -= 1;
-            more = self.psb_room != 0;
-        }
+        let full = self.tnt.push_if(end.conditional, next != end.fall);
         if end.push != 0 {
             self.t.ret.push(end.push);
         }
-        more
+        self.tnt_packet(full)
     }
 
     /// A near RET retired to `next`: with RET compression on and `next` the NLIP of the last
     /// CALL on the stack it is one taken TNT bit (§33.4.2.2), done here; None when it is not
-    /// compressed (nothing changed: the general path sends its TIP). Some(false): the PSB
-    /// period was reached, as for `direct`.
+    /// compressed (nothing changed: the general path sends its TIP).
     #[inline(always)]
-    pub fn compressed_ret(&mut self, next: u64) -> Option<bool> {
+    fn compressed_ret(&mut self, next: u64) -> Option<bool> {
         if self.t.cfg.ctl.dis_retc() || !self.t.ret.try_compress(next) {
             return None;
         }
@@ -1376,14 +1382,19 @@ impl SteadyRun<'_> {
         self.resume_ip = next;
         self.resumes += 1;
         self.tnt_bits += 1;
-        let mut more = true;
-        if let Some((bits, count)) = self.tnt.push(true) {
-            super::encode::push_tnt_short(u64::from(bits), count, &mut self.t.out);
-            self.tnt_packets += 1;
-            self.psb_room -= 1;
-            more = self.psb_room != 0;
-        }
-        Some(more)
+        let full = self.tnt.push(true);
+        Some(self.tnt_packet(full))
+    }
+
+    /// A full short TNT (`full`, from the accumulator) goes out; false once the PSB period is
+    /// reached with it.
+    #[inline(always)]
+    fn tnt_packet(&mut self, full: Option<(u8, u8)>) -> bool {
+        let Some((bits, count)) = full else { return true };
+        super::encode::push_tnt_short(u64::from(bits), count, &mut self.t.out);
+        self.tnt_packets += 1;
+        self.psb_room -= 1;
+        self.psb_room != 0
     }
 }
 
