@@ -265,6 +265,12 @@ struct BlockInfo {
 
 
 impl BlockInfo {
+    /// `Vcpu::after` once the block ran in `mode` at `delta` from its translation: its end in
+    /// that mode, unless the mode is 16-bit or its decoding does not match the mode.
+    fn after(&'static self, mode: ExecMode, delta: u64) -> Option<(&'static SysBlock, u64, bool)> {
+        (mode != ExecMode::Bit16 && self.modes.contains(mode)).then(|| (self.in_mode(mode), delta, self.changes_mode))
+    }
+
     /// The block as classified in `mode`.
     fn in_mode(&self, mode: ExecMode) -> &'static SysBlock {
         self.by_mode[mode_slot(mode)]
@@ -600,6 +606,13 @@ fn mode_key(regs: &Regs) -> (u64, u64, u64) {
     (regs.get("cs").unwrap_or(0), regs.get("cr0").unwrap_or(0) & 1, 0)
 }
 
+/// `mode_key` and IA32_EFER.LMA from the mode registers last read (`Vcpu::mode_regs`: CS, CR0,
+/// IA32_EFER).
+fn mode_key_and_lma(mode_regs: Option<(u64, u64, u64)>) -> ((u64, u64, u64), bool) {
+    let (cs, cr0, efer) = mode_regs.unwrap_or_default();
+    ((cs, cr0 & 1, 0), efer & (1 << 10) != 0)
+}
+
 impl Shared {
     /// Run `f` on the vCPU's model, from a callback on the vCPU's own thread: the blocks only
     /// recorded so far run through the model first, and afterwards the block callback learns
@@ -676,19 +689,14 @@ impl Shared {
         }
         let mode = v.tracer.context().mode;
         let slot = mode_slot(mode);
-        let (cs, cr0, efer) = v.mode_regs.unwrap_or_default();
-        let key = (cs, cr0 & 1, 0);
-        let lma = efer & (1 << 10) != 0;
+        let (key, lma) = mode_key_and_lma(v.mode_regs);
         let proven = &mut v.proven;
-        let lma = usize::from(lma);
         let (offset, now) = (self.tsc_offset.load(Ordering::Relaxed), v.tracer.tsc());
         let n = v.flow.steady_run(
             &mut v.tracer,
             recs.iter().map(|r| {
                 // (Also for the block that ends the run: `run_recorded_block` proves the same.)
-                if let Some(m) = r.info.proves[lma].filter(|_| key.1 != 0) {
-                    *proven = Some((m, key));
-                }
+                Self::prove_mode(proven, r.info, key, lma);
                 let time = if mtc { r.tsc.wrapping_sub(offset) } else { now };
                 (r.pc, r.pc.wrapping_sub(r.info.pc), r.last_started, time, r.info.by_mode[slot])
             }),
@@ -699,8 +707,7 @@ impl Shared {
         }
         v.pc_delta = last.pc.wrapping_sub(last.info.pc);
         v.cur_modes = last.info.modes;
-        v.after = (mode != ExecMode::Bit16 && last.info.modes.contains(mode))
-            .then(|| (last.info.in_mode(mode), v.pc_delta, last.info.changes_mode));
+        v.after = last.info.after(mode, v.pc_delta);
         // Output as if each block had ended with `block_output` (the hold counts blocks).
         v.held_blocks = v.held_blocks.saturating_add(n as u32 - 1).min(OUTPUT_HOLD_BLOCKS);
         self.block_output(v, may_store);
@@ -730,14 +737,11 @@ impl Shared {
         }
         v.pc_delta = r.pc.wrapping_sub(info.pc);
         v.cur_modes = info.modes;
-        let (cs, cr0, efer) = v.mode_regs.unwrap_or_default();
-        let key = (cs, cr0 & 1, 0);
-        let lma = efer & (1 << 10) != 0;
-        Self::prove_mode(v, info, key, lma);
+        let (key, lma) = mode_key_and_lma(v.mode_regs);
+        Self::prove_mode(&mut v.proven, info, key, lma);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode };
         v.flow.block(&mut v.tracer, r.pc, &info.by_mode, v.pc_delta, r.last_started, &mut cpu);
-        let mode = v.tracer.context().mode;
-        v.after = (mode != ExecMode::Bit16 && info.modes.contains(mode)).then(|| (info.in_mode(mode), v.pc_delta, info.changes_mode));
+        v.after = info.after(v.tracer.context().mode, v.pc_delta);
         self.block_output(v, may_store);
     }
 
@@ -757,9 +761,9 @@ impl Shared {
     /// A block whose decoding matches only one mode proves it while CS, CR0.PE and EFER.LMA
     /// (`key`, `lma`) stay as they are (the descriptor cache, issue 12).
     #[inline]
-    fn prove_mode(v: &mut Vcpu, info: &BlockInfo, key: (u64, u64, u64), lma: bool) {
+    fn prove_mode(proven: &mut Option<(ExecMode, (u64, u64, u64))>, info: &BlockInfo, key: (u64, u64, u64), lma: bool) {
         if let Some(m) = info.proves[usize::from(lma)].filter(|_| key.1 != 0) {
-            v.proven = Some((m, key));
+            *proven = Some((m, key));
         }
     }
 
@@ -957,11 +961,8 @@ impl Shared {
             let sample_due = front.mtc && front.tsc_countdown <= 1;
             if front.budget != 0 && info.recordable[slot] && !sample_due && !front.ring.flush_wanted() {
                 if let Some(pc) = successor_pc(prev, delta, last_started, info.pc) {
-                    // SAFETY: on the vCPU's own thread, the ring's producer.
-                    if unsafe { front.ring.push(Recorded { info, pc, last_started, tsc: front.tsc }) } {
+                    if Self::append(front, info, slot, pc, last_started) {
                         front.tsc_countdown -= u32::from(front.mtc);
-                        front.budget -= 1;
-                        front.after = (!info.ends_recording[slot]).then_some((info.by_mode[slot], pc.wrapping_sub(info.pc)));
                         return Ok(());
                     }
                 }
@@ -1003,13 +1004,23 @@ impl Shared {
                 front.tsc = host_tsc().unwrap_or(0);
             }
         }
-        // SAFETY: on the vCPU's own thread, the ring's producer.
-        if !unsafe { ring.push(Recorded { info, pc, last_started, tsc: front.tsc }) } {
+        if !Self::append(front, info, slot, pc, last_started) {
             return Err(last_started);
+        }
+        Ok(())
+    }
+
+    /// Append the block (running at `pc`, in mode slot `slot`) to the vCPU's ring and track
+    /// what follows it; false when the ring is full (nothing changed).
+    #[inline(always)]
+    fn append(front: &mut Front, info: &'static BlockInfo, slot: usize, pc: u64, last_started: u64) -> bool {
+        // SAFETY: on the vCPU's own thread, the ring's producer.
+        if !unsafe { front.ring.push(Recorded { info, pc, last_started, tsc: front.tsc }) } {
+            return false;
         }
         front.budget -= 1;
         front.after = (!info.ends_recording[slot]).then_some((info.by_mode[slot], pc.wrapping_sub(info.pc)));
-        Ok(())
+        true
     }
 
     /// The encoder thread (issue 13): runs the vCPUs' recorded blocks through their models while
@@ -1323,18 +1334,16 @@ impl Shared {
         let lbr_on = self.lbr_recording(v);
         let exact = Self::needs_actual_pc(v, info, rtit_on, lbr_on);
         v.after = None;
-        let (cs, cr0, efer) = v.mode_regs.unwrap_or_default();
         v.pc_delta = pc.wrapping_sub(info.pc);
         v.cur_modes = info.modes;
-        let key = (cs, cr0 & 1, 0);
+        let (key, lma) = mode_key_and_lma(v.mode_regs);
         // A far transfer or an event may have reloaded CS, even with the same selector value
         // (a rewritten GDT entry): the cached mode is re-established below (issue 12).
         let cs_loaded = v.flow.cs_may_have_been_loaded();
         if cs_loaded || v.proven.is_some_and(|(_, k)| k != key) {
             v.proven = None;
         }
-        let lma = efer & (1 << 10) != 0;
-        Self::prove_mode(v, info, key, lma);
+        Self::prove_mode(&mut v.proven, info, key, lma);
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode };
         if v.bts.active() && !v.bts.dtes64() {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
@@ -1389,9 +1398,8 @@ impl Shared {
         // stale, e.g. 64-bit while the firmware runs real-mode code), and not in 16-bit code,
         // whose branch targets wrap at 64 KiB in IP while QEMU reports linear addresses (CS
         // base added): RIP is read there.
-        let mode = v.tracer.context().mode;
-        if exact && mode != ExecMode::Bit16 && info.modes.contains(mode) {
-            v.after = Some((info.in_mode(mode), v.pc_delta, info.changes_mode));
+        if exact {
+            v.after = info.after(v.tracer.context().mode, v.pc_delta);
         }
         let pmu_pmi = v.pmu.take_pmi();
         Self::counter_pmi(v, pmu_pmi);
