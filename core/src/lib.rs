@@ -5,6 +5,8 @@ mod macros;
 pub mod block_ring;
 pub mod code_img;
 pub mod cs_base;
+pub mod cpuid;
+pub mod msr_map;
 pub mod process_dir;
 pub mod guest_mem;
 pub mod idt;

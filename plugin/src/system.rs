@@ -24,6 +24,8 @@ use pttrace_core::bts::pebs::{self, PebsFormat, PebsOutcome, PebsState};
 use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, DsFormat, IA32_DEBUGCTL, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::cs_base;
+use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
+use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits};
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
@@ -78,22 +80,6 @@ const MSR_X2APIC_DFR: u64 = 0x80E;
 /// xAPIC registers (default base 0xFEE00000): LVT performance-counter entry and ICR low.
 const APIC_LVTPC: u64 = 0xFEE0_0340;
 const APIC_ICR_LOW: u64 = 0xFEE0_0300;
-
-/// MSRs the plugin answers: every IA32_RTIT_* index (those the profile lacks #GP on WRMSR) and
-/// IA32_PERF_GLOBAL_STATUS/RESET/SET for the ToPA PMI bit.
-fn owned_msr(index: u32, opts: &SystemOptions) -> bool {
-    RtitMsrs::owns(index, &opts.caps)
-        || pttrace_core::pt::msr::is_rtit_index(index)
-        || Pmu::owns(index)
-        || (!opts.rtit && LbrStack::owns(index))
-        || (opts.bts && BranchTraceStore::owns(index))
-        || (opts.rtit && RtitTracer::owns(index))
-}
-
-/// With `profile=silvermont` the IA32_RTIT_* (Intel PT) MSRs do not exist: #GP on RDMSR/WRMSR.
-fn pt_msr_absent(index: u32, opts: &SystemOptions) -> bool {
-    opts.rtit && !Pmu::owns(index) && (RtitMsrs::owns(index, &opts.caps) || pttrace_core::pt::msr::is_rtit_index(index))
-}
 
 /// Retirement events fanned out to the Intel PT tracer and the Branch Trace Store. BTS records
 /// are written into guest linear memory right here, in vCPU context.
@@ -361,7 +347,7 @@ struct Vcpu {
     /// instructions `may_change_mode` finds, after which they are read again.
     mode_regs: Option<(u64, u64, u64)>,
     /// CPUID.0:EAX as QEMU answers it (before raising it to 14H/15H).
-    native_max_leaf: u32,
+    native_leaves: NativeLeaves,
     /// Blocks since the guest TSC was last sampled (see `on_block`).
     blocks_since_tsc: u32,
     /// Instruction count at the last drain credit (deterministic internal-buffer drain).
@@ -909,7 +895,7 @@ impl Shared {
             pc_delta: 0,
             after: None,
             mode_regs: None,
-            native_max_leaf: 0x14,
+            native_leaves: NativeLeaves::default(),
             blocks_since_tsc: 0,
             credited_insns: 0,
             rtit_credit: 0,
@@ -1812,111 +1798,24 @@ impl Shared {
     }
 
     /// CPUID.0:EAX >= 14H, CPUID.(7,0):EBX[25] Intel PT, CPUID.14H from the profile.
+    /// CPUID has executed: the profile's answer (`pttrace_core::cpuid`) replaces the registers
+    /// QEMU's answer left that differ from it.
     fn fix_cpuid(&self, v: &mut Vcpu, leaf: u32, subleaf: u32) {
-        // CPUID.0:EAX must reach leaf 14H (and 15H for the MTC clock ratio).
-        let max_leaf = if self.opts.caps.mtc { 0x15 } else { 0x14 };
-        if leaf == 1 {
-            // CPUID.1:ECX[15] PDCM: IA32_PERF_CAPABILITIES exists (full-width counter writes).
-            let ecx = v.regs.get("rcx").unwrap_or(0) as u32 & !(1 << 15);
-            let pdcm = v.pmu.caps().perf_capabilities().is_some();
-            v.regs.set("rcx", u64::from(ecx | (u32::from(pdcm) << 15)));
-            if self.opts.caps.power_events {
-                // CPUID.1:ECX[3] MONITOR/MWAIT: QEMU's TCG MWAIT halts like HLT on one vCPU and
-                // is a no-op with several, and MONITOR arms nothing, so the MWAIT power events
-                // (MWAIT hints, the hinted C-state, wake by a store) cannot be faithful: a part
-                // with power event trace advertises no MONITOR/MWAIT here (README "Newest parts").
-                let ecx = v.regs.get("rcx").unwrap_or(0);
-                v.regs.set("rcx", ecx & !(1 << 3));
+        let names = ["rax", "rbx", "rcx", "rdx"];
+        let native = names.map(|n| v.regs.get(n).unwrap_or(0) as u32);
+        let profile = CpuidProfile {
+            caps: self.opts.caps,
+            signature: self.opts.signature,
+            bts: self.opts.bts,
+            dtes64: self.opts.dtes64,
+            rtit: self.opts.rtit,
+            pmu: v.pmu.caps(),
+        };
+        let answer = profile.answer(leaf, subleaf, native, &mut v.native_leaves);
+        for ((name, new), old) in names.iter().zip(answer).zip(native) {
+            if new != old {
+                v.regs.set(name, u64::from(new));
             }
-            if let Some(sig) = self.opts.signature {
-                // The family/model/stepping of the part the profile models (EAX[31:28] and
-                // [15:14] are reserved and kept).
-                let eax = v.regs.get("rax").unwrap_or(0) as u32;
-                v.regs.set("rax", u64::from((eax & 0xF000_C000) | sig.cpuid_01_eax()));
-            }
-        }
-        match leaf {
-            0 => {
-                let eax = v.regs.get("rax").unwrap_or(0) as u32;
-                v.native_max_leaf = eax;
-                if eax < max_leaf && !self.opts.rtit {
-                    v.regs.set("rax", u64::from(max_leaf));
-                }
-            }
-            // Leaves QEMU does not implement that are now below the raised maximum: QEMU would
-            // answer them with its highest leaf's values (Intel's out-of-range rule); they are
-            // reserved and read as 0.
-            l if l > v.native_max_leaf && l <= max_leaf && l != 0x14 && l != 0x15 && !self.opts.rtit => {
-                for r in ["rax", "rbx", "rcx", "rdx"] {
-                    v.regs.set(r, 0);
-                }
-            }
-            1 if self.opts.bts || self.opts.rtit => {
-                if self.opts.rtit {
-                    // RTIT is not enumerated by CPUID: software recognises the part by its
-                    // family/model signature (seed 002 §1.2), here Silvermont 06_4DH.
-                    let eax = v.regs.get("rax").unwrap_or(0) as u32;
-                    let sig = pttrace_core::rtit::SILVERMONT.cpuid_01_eax();
-                    v.regs.set("rax", u64::from((eax & 0xF000_C000) | sig));
-                }
-                if !self.opts.bts {
-                    return;
-                }
-                // CPUID.1:EDX[21] DS, ECX[2] DTES64, ECX[4] DS-CPL (SDM Vol. 2A Table 3-10/3-11):
-                // the Debug Store with BTS and CPL-qualified BTS (BTS_OFF_OS/BTS_OFF_USR).
-                let edx = v.regs.get("rdx").unwrap_or(0) as u32;
-                v.regs.set("rdx", u64::from(edx | (1 << 21)));
-                let ecx = v.regs.get("rcx").unwrap_or(0) as u32;
-                let ecx = (ecx | (1 << 4)) & !(1 << 2);
-                v.regs.set("rcx", u64::from(ecx | (u32::from(self.opts.dtes64) << 2)));
-            }
-            7 if subleaf == 0 && self.opts.rtit => {
-                let ebx = v.regs.get("rbx").unwrap_or(0) as u32;
-                v.regs.set("rbx", u64::from(ebx & !(1 << 25))); // no Intel PT on Silvermont
-            }
-            0x14 if self.opts.rtit => {
-                for r in ["rax", "rbx", "rcx", "rdx"] {
-                    v.regs.set(r, 0);
-                }
-            }
-            7 if subleaf == 0 => {
-                let ebx = v.regs.get("rbx").unwrap_or(0) as u32;
-                v.regs.set("rbx", u64::from(ebx | (1 << 25)));
-                // CPUID.(7,0):ECX[16] LA57: a Skylake-class part has no 5-level paging, and with
-                // it the RTIT address MSRs would have to accept 57-bit canonical addresses.
-                let ecx = v.regs.get("rcx").unwrap_or(0) as u32;
-                v.regs.set("rcx", u64::from(ecx & !(1 << 16)));
-            }
-            0x15 if self.opts.caps.mtc && v.native_max_leaf < 0x15 => {
-                // CPUID.15H: TSC/"core crystal clock" ratio EBX/EAX = ART_RATIO/1 (the ART behind
-                // MTC and TMA). ECX (crystal Hz) stays 0 as on client parts.
-                // All four registers: QEMU answers a leaf above its maximum with its highest
-                // leaf's values, and a stray ECX would be taken as the crystal frequency.
-                v.regs.set("rax", 1);
-                v.regs.set("rbx", pttrace_core::pt::tracer::ART_RATIO);
-                v.regs.set("rcx", 0);
-                v.regs.set("rdx", 0);
-            }
-            0x8000_0008 => {
-                // CPUID.80000008H:EAX[7:0] MAXPHYADDR must match the profile: it decides the
-                // reserved bits of IA32_RTIT_OUTPUT_BASE and of ToPA entries.
-                let eax = v.regs.get("rax").unwrap_or(0) as u32;
-                v.regs.set("rax", u64::from((eax & !0xFF) | u32::from(self.opts.caps.max_phys_addr)));
-            }
-            0x0A => {
-                // The counting PMU of the profile (SDM §20.2): Linux's core PMU driver counts
-                // with it and services the ToPA PMI from its NMI handler.
-                for (name, val) in ["rax", "rbx", "rcx", "rdx"].iter().zip(v.pmu.caps().cpuid_0a()) {
-                    v.regs.set(name, u64::from(val));
-                }
-            }
-            0x14 => {
-                let r = self.opts.caps.cpuid_14(subleaf);
-                for (name, val) in ["rax", "rbx", "rcx", "rdx"].iter().zip(r) {
-                    v.regs.set(name, u64::from(val));
-                }
-            }
-            _ => {}
         }
     }
 
@@ -1941,7 +1840,7 @@ impl Shared {
                 if Pmu::owns(index) {
                     self.count_to(v, ip);
                 }
-                if owned_msr(index, &self.opts) {
+                if self.msr_map().owns(index) {
                     if self.read_msr(v, index).is_err() {
                         // #GP(0) at this RDMSR: steer it to an MSR QEMU faults on; ECX comes
                         // back when the exception is delivered (`on_discon`).
@@ -1997,24 +1896,15 @@ impl Shared {
         }
     }
 
+    /// The MSR map of the profile (`pttrace_core::msr_map`).
+    fn msr_map(&self) -> MsrMap {
+        MsrMap { caps: self.opts.caps, rtit: self.opts.rtit, bts: self.opts.bts }
+    }
+
     /// RDMSR of an owned MSR: its value, or the #GP(0) hardware raises.
     fn read_msr(&self, v: &Vcpu, index: u32) -> Result<u64, Fault> {
-        if Pmu::owns(index) {
-            return v.pmu.read(index);
-        }
-        if LbrStack::owns(index) && !self.opts.rtit {
-            return v.lbr.read(index);
-        }
-        if let Some(value) = v.bts.read_msr(index).filter(|_| self.opts.bts) {
-            return Ok(value);
-        }
-        if pt_msr_absent(index, &self.opts) {
-            return Err(Fault::Gp);
-        }
-        if let Some(r) = v.rtit.as_ref().filter(|_| RtitTracer::owns(index)) {
-            return r.try_rdmsr(index);
-        }
-        v.msrs.read(index, &self.opts.caps)
+        let units = MsrUnits { pmu: &v.pmu, lbr: &v.lbr, bts: &v.bts, rtit: v.rtit.as_ref(), pt: &v.msrs };
+        units.rdmsr(&self.msr_map(), index)
     }
 
     fn wrmsr(&self, v: &mut Vcpu, ip: u64, nlip: u64) {
@@ -2027,13 +1917,14 @@ impl Shared {
             let value = (v.regs.get("rdx").unwrap_or(0) << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
             guest::set_apic_base(value);
         }
-        if !owned_msr(index, &self.opts) {
+        let unit = self.msr_map().unit(index);
+        if unit == MsrUnit::Qemu {
             return;
         }
         self.store_held(v);
         let rdx = v.regs.get("rdx").unwrap_or(0);
         let value = (rdx << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
-        if Pmu::owns(index) {
+        if unit == MsrUnit::Pmu {
             // The instructions before this WRMSR count under the old configuration; the WRMSR
             // itself retires under the new one (an enabling WRMSR counts, a disabling one not).
             self.count_to(v, ip);
@@ -2048,17 +1939,17 @@ impl Shared {
             self.count_cycles(v);
             return;
         }
-        if LbrStack::owns(index) && !self.opts.rtit {
+        if unit == MsrUnit::Lbr {
             if v.lbr.write(index, value).is_err() {
                 Self::raise_gp(v, rcx, rdx);
             }
             return;
         }
-        if pt_msr_absent(index, &self.opts) {
+        if unit == MsrUnit::PtAbsent {
             Self::raise_gp(v, rcx, rdx);
             return;
         }
-        if let Some(r) = v.rtit.as_mut().filter(|_| RtitTracer::owns(index)) {
+        if let Some(r) = v.rtit.as_mut().filter(|_| unit == MsrUnit::Rtit) {
             if !r.trigger_en() {
                 r.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
             }
@@ -2068,7 +1959,7 @@ impl Shared {
             self.drain(v);
             return;
         }
-        if BranchTraceStore::owns(index) && self.opts.bts {
+        if unit == MsrUnit::DebugStore {
             let was_active = v.bts.active();
             if v.bts.write_msr(index, value).is_err() {
                 Self::raise_gp(v, rcx, rdx);

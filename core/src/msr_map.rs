@@ -1,0 +1,160 @@
+//! The MSR address space of the modelled part (issue 13's per-CPU facade): which unit answers
+//! RDMSR and WRMSR of an index, and RDMSR itself. TCG ignores WRMSR of an MSR it does not know
+//! and reads it as 0, so every index a unit below claims is answered by the model, and every
+//! other one is left to QEMU.
+
+use crate::bts::BranchTraceStore;
+use crate::lbr::LbrStack;
+use crate::pmu::Pmu;
+use crate::pt::caps::PtCaps;
+use crate::pt::msr::{is_rtit_index, Fault, RtitMsrs};
+use crate::rtit::tracer::RtitTracer;
+
+/// The unit of the modelled CPU an MSR index belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsrUnit {
+    /// The counting PMU (SDM Vol. 3B §20.2): counters, event selects, IA32_PERF_GLOBAL_*,
+    /// IA32_PERF_CAPABILITIES, IA32_PEBS_ENABLE.
+    Pmu,
+    /// The model-specific LBR stack (MSR_LBR_SELECT, TOS, FROM/TO/INFO).
+    Lbr,
+    /// The Debug Store: IA32_DEBUGCTL and IA32_DS_AREA (`bts=1`).
+    DebugStore,
+    /// An IA32_RTIT_* index on a part without Intel PT (`profile=silvermont`): #GP(0).
+    PtAbsent,
+    /// Atom RTIT's MSRs 760H-77DH (seed 002).
+    Rtit,
+    /// Intel PT's IA32_RTIT_* registers.
+    Pt,
+    /// Not modelled: QEMU's own MSR.
+    Qemu,
+}
+
+/// The MSR map of a capability profile.
+#[derive(Clone, Copy, Debug)]
+pub struct MsrMap {
+    pub caps: PtCaps,
+    /// Atom RTIT instead of Intel PT.
+    pub rtit: bool,
+    /// The Debug Store (BTS, PEBS) exists.
+    pub bts: bool,
+}
+
+impl MsrMap {
+    /// The unit that answers `index`. The units' index sets are disjoint except for
+    /// IA32_PERF_GLOBAL_STATUS/RESET/SET, which the PMU answers (it holds the ToPA PMI bit 55 as
+    /// well as the counters' bits).
+    pub fn unit(&self, index: u32) -> MsrUnit {
+        let pt_index = RtitMsrs::owns(index, &self.caps) || is_rtit_index(index);
+        if Pmu::owns(index) {
+            MsrUnit::Pmu
+        } else if !self.rtit && LbrStack::owns(index) {
+            MsrUnit::Lbr
+        } else if self.bts && BranchTraceStore::owns(index) {
+            MsrUnit::DebugStore
+        } else if self.rtit && pt_index {
+            MsrUnit::PtAbsent
+        } else if self.rtit && RtitTracer::owns(index) {
+            MsrUnit::Rtit
+        } else if pt_index {
+            MsrUnit::Pt
+        } else {
+            MsrUnit::Qemu
+        }
+    }
+
+    /// The model answers RDMSR/WRMSR of `index` (else QEMU does).
+    pub fn owns(&self, index: u32) -> bool {
+        self.unit(index) != MsrUnit::Qemu
+    }
+}
+
+/// The units' state as RDMSR sees it.
+pub struct MsrUnits<'a> {
+    pub pmu: &'a Pmu,
+    pub lbr: &'a LbrStack,
+    pub bts: &'a BranchTraceStore,
+    pub rtit: Option<&'a RtitTracer>,
+    pub pt: &'a RtitMsrs,
+}
+
+impl MsrUnits<'_> {
+    /// RDMSR of `index` (an index the map owns): its value, or the #GP(0) hardware raises.
+    pub fn rdmsr(&self, map: &MsrMap, index: u32) -> Result<u64, Fault> {
+        match map.unit(index) {
+            MsrUnit::Pmu => self.pmu.read(index),
+            MsrUnit::Lbr => self.lbr.read(index),
+            MsrUnit::DebugStore => self.bts.read_msr(index).ok_or(Fault::Gp),
+            MsrUnit::PtAbsent => Err(Fault::Gp),
+            MsrUnit::Rtit => match self.rtit {
+                Some(r) => r.try_rdmsr(index),
+                None => Err(Fault::Gp),
+            },
+            MsrUnit::Pt | MsrUnit::Qemu => self.pt.read(index, &map.caps),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pmu::PmuCaps;
+
+    const IA32_RTIT_CTL: u32 = 0x570;
+    const IA32_RTIT_ADDR3_B: u32 = 0x587;
+    const IA32_PERF_GLOBAL_STATUS: u32 = 0x38E;
+    const IA32_DEBUGCTL: u32 = 0x1D9;
+    const IA32_DS_AREA: u32 = 0x600;
+    const MSR_LBR_TOS: u32 = 0x1C9;
+    const MSR_LASTBRANCH_31_TO_IP: u32 = 0x6DF;
+    const RTIT_CTL_ATOM: u32 = 0x768;
+    const IA32_APIC_BASE: u32 = 0x1B;
+
+    fn skylake() -> MsrMap {
+        MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true }
+    }
+
+    fn silvermont() -> MsrMap {
+        MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true }
+    }
+
+    #[test]
+    fn skylake_answers_pt_lbr_debug_store_and_pmu_msrs_and_leaves_the_rest_to_qemu() {
+        let m = skylake();
+        assert_eq!(m.unit(IA32_RTIT_CTL), MsrUnit::Pt);
+        assert_eq!(m.unit(IA32_RTIT_ADDR3_B), MsrUnit::Pt, "an address range the profile lacks: PT's #GP rule");
+        assert_eq!(m.unit(IA32_PERF_GLOBAL_STATUS), MsrUnit::Pmu);
+        assert_eq!(m.unit(MSR_LBR_TOS), MsrUnit::Lbr);
+        assert_eq!(m.unit(MSR_LASTBRANCH_31_TO_IP), MsrUnit::Lbr);
+        assert_eq!(m.unit(IA32_DEBUGCTL), MsrUnit::DebugStore);
+        assert_eq!(m.unit(IA32_DS_AREA), MsrUnit::DebugStore);
+        assert_eq!(m.unit(RTIT_CTL_ATOM), MsrUnit::Qemu, "Atom RTIT exists only on Silvermont");
+        assert_eq!(m.unit(IA32_APIC_BASE), MsrUnit::Qemu);
+        assert!(!MsrMap { bts: false, ..m }.owns(IA32_DS_AREA));
+    }
+
+    #[test]
+    fn silvermont_has_rtit_no_intel_pt_and_no_model_specific_lbrs() {
+        let m = silvermont();
+        assert_eq!(m.unit(RTIT_CTL_ATOM), MsrUnit::Rtit);
+        assert_eq!(m.unit(IA32_RTIT_CTL), MsrUnit::PtAbsent);
+        assert_eq!(m.unit(IA32_PERF_GLOBAL_STATUS), MsrUnit::Pmu);
+        assert_eq!(m.unit(MSR_LBR_TOS), MsrUnit::Qemu);
+    }
+
+    #[test]
+    fn rdmsr_reads_each_unit_and_faults_where_the_part_has_no_such_msr() {
+        let pmu = Pmu::new(PmuCaps::SKYLAKE);
+        let lbr = LbrStack::default();
+        let mut bts = BranchTraceStore::new(true);
+        bts.write_msr(IA32_DS_AREA, 0x1234_5000).unwrap();
+        let pt = RtitMsrs::default();
+        let units = MsrUnits { pmu: &pmu, lbr: &lbr, bts: &bts, rtit: None, pt: &pt };
+        assert_eq!(units.rdmsr(&skylake(), IA32_DS_AREA), Ok(0x1234_5000));
+        assert_eq!(units.rdmsr(&skylake(), IA32_RTIT_CTL), Ok(0));
+        assert_eq!(units.rdmsr(&skylake(), IA32_RTIT_ADDR3_B), Err(Fault::Gp), "Skylake has 2 ranges");
+        assert_eq!(units.rdmsr(&skylake(), MSR_LBR_TOS), Ok(0));
+        assert_eq!(units.rdmsr(&silvermont(), IA32_RTIT_CTL), Err(Fault::Gp));
+        assert_eq!(units.rdmsr(&silvermont(), RTIT_CTL_ATOM), Err(Fault::Gp), "no RTIT unit");
+    }
+}
