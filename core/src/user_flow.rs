@@ -425,19 +425,17 @@ impl UserFlow {
         clock: &mut u64,
     ) -> Option<(u64, &'static BlockEnd, Option<(B, bool)>)> {
         let mut run = tracer.steady_run()?;
-        let mut n = 0;
         loop {
-            let Some(b) = blocks.next() else { return Some((n, prev, None)) };
+            let Some(b) = blocks.next() else { return Some((run.blocks(), prev, None)) };
             *clock += b.n_insns();
             let pc = b.pc();
             // (A RET that compresses is what `resolve` does for it without a signal probe.)
             let Some(more) = run.retired(&prev.last, prev.direct.explains(pc).then_some(&prev.direct), pc) else {
-                return Some((n, prev, Some((b, false))));
+                return Some((run.blocks(), prev, Some((b, false))));
             };
-            n += 1;
             prev = b.end();
             if !more {
-                return Some((n, prev, Some((b, true))));
+                return Some((run.blocks(), prev, Some((b, true))));
             }
         }
     }

@@ -51,8 +51,11 @@ struct Ring {
     /// Entries written; only the owning thread stores it (Release: the entries before it are
     /// visible to a drain on another thread).
     head: AtomicUsize,
-    /// The owner's last reading of `tail` (only the owning thread uses it).
-    tail_seen: AtomicUsize,
+    /// The position up to which the owner may append without reading `tail` again: its last
+    /// reading of `tail` plus RING, or 0 while every block must take `Shared::on_block` (not
+    /// traced yet, draining after every block, after a fork). Only the owning thread uses it;
+    /// one comparison with `head` is the whole room check of the common case (issue 13).
+    room_end: AtomicUsize,
     /// The owner drains after every block when this is set: the internal buffer's drain
     /// follows the wall clock, whose credit must meet the blocks as they execute.
     every_block: std::sync::atomic::AtomicBool,
@@ -65,9 +68,16 @@ impl Ring {
     /// Forget every pending block (a forked child: they are the parent's; only one thread
     /// exists there).
     fn discard(&self) {
-        for p in [&self.head, &self.tail_seen, &*self.tail] {
+        for p in [&self.head, &self.room_end, &*self.tail] {
             p.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// The owner read the consumers' position `tail`: it may append up to `tail` + RING without
+    /// looking again, unless it drains after every block.
+    fn saw_tail(&self, tail: usize) {
+        let end = if self.every_block.load(Ordering::Relaxed) { 0 } else { tail.wrapping_add(RING) };
+        self.room_end.store(end, Ordering::Relaxed);
     }
 }
 
@@ -283,7 +293,7 @@ impl Shared {
             return; // not traced
         }
         let head = ring.head.load(Ordering::Relaxed);
-        if head.wrapping_sub(ring.tail_seen.load(Ordering::Relaxed)) >= RING && !self.make_room(slot, head) {
+        if head >= ring.room_end.load(Ordering::Relaxed) && !self.make_room(slot, head) {
             return;
         }
         // SAFETY: `entries` points to RING entries that are never freed; the entry at `head`
@@ -302,16 +312,12 @@ impl Shared {
     fn try_append(&self, vcpu: VCPUIndex, info: &'static BlockInfo) -> bool {
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return false };
         let ring = &slot.ring;
-        let entries = ring.entries.load(Ordering::Relaxed);
         let head = ring.head.load(Ordering::Relaxed);
-        if fatal_signal::pending()
-            || info.at_handler.load(Ordering::Relaxed)
-            || entries.is_null()
-            || head.wrapping_sub(ring.tail_seen.load(Ordering::Relaxed)) >= RING
-            || ring.every_block.load(Ordering::Relaxed)
-        {
+        // (`room_end` > `head` only once `entries` exists and while no drain follows every block.)
+        if head >= ring.room_end.load(Ordering::Relaxed) || fatal_signal::pending() || info.at_handler.load(Ordering::Relaxed) {
             return false;
         }
+        let entries = ring.entries.load(Ordering::Relaxed);
         // SAFETY: as in `on_block`.
         unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
         ring.head.store(head.wrapping_add(1), Ordering::Release);
@@ -333,7 +339,7 @@ impl Shared {
         let mut tail = ring.tail.load(Ordering::Acquire);
         if full(tail) && forked_child() {
             ring.tail.store(head, Ordering::Relaxed);
-            ring.tail_seen.store(head, Ordering::Relaxed);
+            ring.saw_tail(head);
             return false;
         }
         if full(tail) && self.encoder.load(Ordering::Relaxed) && slot.state.is_locked() {
@@ -353,7 +359,7 @@ impl Shared {
             self.drain_own(slot);
             tail = head;
         }
-        ring.tail_seen.store(tail, Ordering::Relaxed);
+        ring.saw_tail(tail);
         true
     }
 
@@ -704,6 +710,7 @@ impl Shared {
             ring.entries.store(entries.as_ptr() as *mut AtomicPtr<BlockInfo>, Ordering::Relaxed);
         }
         ring.every_block.store(self.drainer.is_some(), Ordering::Relaxed);
+        ring.room_end.store(0, Ordering::Relaxed);
         self.n_slots.fetch_max(vcpu as usize + 1, Ordering::Relaxed);
         slot.stopped_at.store(0, Ordering::Relaxed);
         let old = {
@@ -1259,7 +1266,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
                 ring: Ring {
                     entries: AtomicPtr::new(std::ptr::null_mut()),
                     head: AtomicUsize::new(0),
-                    tail_seen: AtomicUsize::new(0),
+                    room_end: AtomicUsize::new(0),
                     every_block: std::sync::atomic::AtomicBool::new(false),
                     tail: Padded(AtomicUsize::new(0)),
                 },

@@ -7,19 +7,28 @@
 /// Maximum number of results in a short TNT packet.
 pub const SHORT_TNT_BITS: u8 = 6;
 
-#[derive(Clone, Copy, Debug, Default)]
+/// The pending results behind a sentinel bit: `s` = 1 followed by the results, oldest first
+/// (1 when empty, 1xxxxxx binary when six are held), so that adding one is a shift and an OR and
+/// the count is the sentinel's position (issue 13: a result per block in the steady state).
+#[derive(Clone, Copy, Debug)]
 pub struct TntBuffer {
-    bits: u8,
-    count: u8,
+    s: u8,
 }
+
+impl Default for TntBuffer {
+    fn default() -> Self {
+        TntBuffer { s: 1 }
+    }
+}
+
+const FULL: u8 = 1 << SHORT_TNT_BITS;
 
 impl TntBuffer {
     /// Add one result (true = taken). Returns a full packet's (bits, count) when six are held.
     #[inline]
     pub fn push(&mut self, taken: bool) -> Option<(u8, u8)> {
-        self.bits = (self.bits << 1) | u8::from(taken);
-        self.count += 1;
-        if self.count == SHORT_TNT_BITS {
+        self.s = (self.s << 1) | u8::from(taken);
+        if self.s >= FULL {
             self.take()
         } else {
             None
@@ -30,9 +39,8 @@ impl TntBuffer {
     #[inline]
     pub fn push_if(&mut self, present: bool, taken: bool) -> Option<(u8, u8)> {
         let p = u8::from(present);
-        self.bits = (self.bits << p) | (u8::from(taken) & p);
-        self.count += p;
-        if self.count == SHORT_TNT_BITS {
+        self.s = (self.s << p) | (u8::from(taken) & p);
+        if self.s >= FULL {
             self.take()
         } else {
             None
@@ -42,23 +50,24 @@ impl TntBuffer {
     /// Take the pending results, oldest in the highest bit, if any.
     #[inline]
     pub fn take(&mut self) -> Option<(u8, u8)> {
-        if self.count == 0 {
+        let count = self.pending();
+        if count == 0 {
             return None;
         }
-        let r = (self.bits, self.count);
-        self.bits = 0;
-        self.count = 0;
+        let r = (self.s & !(1 << count), count);
+        self.s = 1;
         Some(r)
     }
 
+    /// How many results are pending (the sentinel's bit position).
+    #[inline]
     pub fn pending(&self) -> u8 {
-        self.count
+        7 - self.s.leading_zeros() as u8
     }
 
     /// Drop pending results (used when an overflow discards them).
     pub fn clear(&mut self) {
-        self.bits = 0;
-        self.count = 0;
+        self.s = 1;
     }
 }
 
@@ -86,6 +95,20 @@ mod tests {
             assert_eq!(t.push_if(true, false), None);
         }
         assert_eq!(t.push_if(true, true), Some((0b100001, 6)));
+    }
+
+    #[test]
+    fn six_not_taken_results_are_a_full_packet_of_zeros() {
+        let mut t = TntBuffer::default();
+        for _ in 0..5 {
+            assert_eq!(t.push(false), None);
+        }
+        assert_eq!(t.pending(), 5);
+        assert_eq!(t.push_if(true, false), Some((0, 6)));
+        assert_eq!(t.pending(), 0);
+        t.push(false);
+        t.clear();
+        assert_eq!(t.take(), None);
     }
 
     #[test]

@@ -57,7 +57,7 @@ use super::last_ip::LastIp;
 use super::packet::{ExecMode, IpCompression, IpPayload, Packet};
 use super::ret_stack::RetStack;
 use super::rtit_ctl::{AddrRange, RtitCtl};
-use super::tnt::TntBuffer;
+use super::tnt::{TntBuffer, SHORT_TNT_BITS};
 use crate::insn_class::{BranchKind, ClassifiedInsn, FarKind};
 
 /// TSC ticks per ART (crystal clock) tick: CPUID.15H reports EBX/EAX = ART_RATIO/1.
@@ -979,7 +979,7 @@ impl Tracer {
         }
         let period = self.cfg.ctl.psb_period_bytes();
         let psb_room = period.checked_sub(self.psb_bytes).filter(|&r| r > 0)?;
-        Some(SteadyRun { tnt: self.tnt, resume_ip: self.resume_ip, resumes: 0, tnt_bits: 0, tnt_packets: 0, compressed_rets: 0, psb_room, t: self })
+        Some(SteadyRun { tnt: self.tnt, resume_ip: self.resume_ip, resumes: 0, tnt_packets: 0, compressed_rets: 0, psb_room, t: self })
     }
 
     /// After a steady run ended because the PSB period was reached: PSB+ at `ip` (as
@@ -1334,7 +1334,6 @@ pub struct SteadyRun<'a> {
     tnt: TntBuffer,
     resume_ip: u64,
     resumes: u64,
-    tnt_bits: u64,
     tnt_packets: u64,
     compressed_rets: u64,
     /// Bytes until the PSB period is reached (> 0 while the run lasts).
@@ -1342,6 +1341,12 @@ pub struct SteadyRun<'a> {
 }
 
 impl SteadyRun<'_> {
+    /// Blocks retired in this run so far.
+    #[inline(always)]
+    pub fn blocks(&self) -> u64 {
+        self.resumes
+    }
+
     /// The block whose last instruction is `last` retired with `next` as its successor: along
     /// `end`, its fixed successors at the addresses the block ran at, when the caller found that
     /// they explain `next` (`direct`), or else by a near RET that compresses
@@ -1362,7 +1367,6 @@ impl SteadyRun<'_> {
     fn direct(&mut self, end: &crate::user_flow::DirectFlow, next: u64) -> bool {
         self.resume_ip = next;
         self.resumes += 1;
-        self.tnt_bits += u64::from(end.conditional);
         let full = self.tnt.push_if(end.conditional, next != end.fall);
         if end.push != 0 {
             self.t.ret.push(end.push);
@@ -1381,7 +1385,6 @@ impl SteadyRun<'_> {
         self.compressed_rets += 1;
         self.resume_ip = next;
         self.resumes += 1;
-        self.tnt_bits += 1;
         let full = self.tnt.push(true);
         Some(self.tnt_packet(full))
     }
@@ -1401,10 +1404,12 @@ impl SteadyRun<'_> {
 impl Drop for SteadyRun<'_> {
     fn drop(&mut self) {
         let t = &mut *self.t;
+        // Every result of the run went into the accumulator, and left it only in full packets.
+        let tnt_bits = u64::from(SHORT_TNT_BITS) * self.tnt_packets + u64::from(self.tnt.pending()) - u64::from(t.tnt.pending());
         t.tnt = self.tnt;
         t.resume_ip = self.resume_ip;
         t.resume_seq = t.resume_seq.wrapping_add(self.resumes);
-        t.stats.tnt_bits += self.tnt_bits;
+        t.stats.tnt_bits += tnt_bits;
         t.stats.compressed_rets += self.compressed_rets;
         t.stats.packets += self.tnt_packets;
         t.stats.bytes += self.tnt_packets;
