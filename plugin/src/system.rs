@@ -27,7 +27,7 @@ use pttrace_core::cs_base;
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
-use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
+use pttrace_core::pmu::{Pmu, PmuCaps, PmuProfile, Retired, MSR_PEBS_DATA_CFG};
 use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
@@ -84,15 +84,21 @@ const APIC_ICR_LOW: u64 = 0xFEE0_0300;
 fn owned_msr(index: u32, opts: &SystemOptions) -> bool {
     RtitMsrs::owns(index, &opts.caps)
         || pttrace_core::pt::msr::is_rtit_index(index)
-        || Pmu::owns(index)
+        || pmu_msr(index, opts)
         || (!opts.rtit && LbrStack::owns(index))
         || (opts.bts && BranchTraceStore::owns(index))
         || (opts.rtit && RtitTracer::owns(index))
 }
 
+/// MSRs of the counting PMU the plugin answers. MSR_PEBS_DATA_CFG only with the Ice Lake PMU
+/// (it #GPs there without `pebs=1`); with the other profiles it stays QEMU's, as before.
+fn pmu_msr(index: u32, opts: &SystemOptions) -> bool {
+    Pmu::owns(index) && (index != MSR_PEBS_DATA_CFG || opts.pmu == PmuProfile::Icelake)
+}
+
 /// With `profile=silvermont` the IA32_RTIT_* (Intel PT) MSRs do not exist: #GP on RDMSR/WRMSR.
 fn pt_msr_absent(index: u32, opts: &SystemOptions) -> bool {
-    opts.rtit && !Pmu::owns(index) && (RtitMsrs::owns(index, &opts.caps) || pttrace_core::pt::msr::is_rtit_index(index))
+    opts.rtit && !pmu_msr(index, opts) && (RtitMsrs::owns(index, &opts.caps) || pttrace_core::pt::msr::is_rtit_index(index))
 }
 
 /// Retirement events fanned out to the Intel PT tracer and the Branch Trace Store. BTS records
@@ -1501,15 +1507,14 @@ impl Shared {
         self.count_cycles(v);
     }
 
-    /// The PMU of the profile: Silvermont's with `profile=silvermont`, Skylake's otherwise
-    /// (with PEBS only with `pebs=1`, which needs the Debug Store, `bts=1`).
+    /// The PMU of the profile: Silvermont's with `profile=silvermont`, Ice Lake's with
+    /// `profile=icelake`, Skylake's otherwise (with PEBS only with `pebs=1`, which needs the
+    /// Debug Store, `bts=1`).
     fn pmu_caps(&self) -> PmuCaps {
         if self.opts.rtit {
             PmuCaps::SILVERMONT
-        } else if self.opts.pebs {
-            PmuCaps::SKYLAKE
         } else {
-            PmuCaps { pebs_format: None, ..PmuCaps::SKYLAKE }
+            self.opts.pmu.caps(self.opts.pebs)
         }
     }
 
@@ -1546,9 +1551,23 @@ impl Shared {
         let lma = r("efer") & (1 << 10) != 0;
         let rflags = r("eflags");
         let ds = DsFormat::select(v.bts.dtes64(), lma);
-        let Some(f) = PebsFormat::select(ds, fmt) else { return };
+        let Some(mut f) = PebsFormat::select(ds, fmt) else { return };
         let tsc = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
-        let state = PebsState { rflags, ip, gprs, status: applicable, eventing_ip, tsc };
+        let mut state = PebsState { rflags, ip, gprs, status: applicable, eventing_ip, tsc, ..Default::default() };
+        if let PebsFormat::Adaptive { groups } = &mut f {
+            // Format 4: the groups of MSR_PEBS_DATA_CFG when an applicable counter has
+            // Adaptive_Record set; XMM0-15 as QEMU holds them now (gdbstub's 128-bit xmmN
+            // registers, memory byte order), the LBR stack youngest first.
+            *groups = v.pmu.pebs_record_cfg(applicable);
+            if groups.xmms() {
+                for (i, x) in state.xmm.iter_mut().enumerate() {
+                    *x = regs.xmm(i).unwrap_or_default();
+                }
+            }
+            if groups.lbrs() {
+                state.lbr = v.lbr.entries().collect();
+            }
+        }
         let a = pebs::assist(&mut LinearMem, v.bts.ds_area(), ds, f, &state, applicable);
         for (n, value) in a.resets {
             v.pmu.pebs_reload(n, value);
@@ -1938,7 +1957,7 @@ impl Shared {
             }
             SystemOp::Rdmsr => {
                 let index = v.regs.get("rcx").unwrap_or(0) as u32;
-                if Pmu::owns(index) {
+                if pmu_msr(index, &self.opts) {
                     self.count_to(v, ip);
                 }
                 if owned_msr(index, &self.opts) {
@@ -1999,7 +2018,7 @@ impl Shared {
 
     /// RDMSR of an owned MSR: its value, or the #GP(0) hardware raises.
     fn read_msr(&self, v: &Vcpu, index: u32) -> Result<u64, Fault> {
-        if Pmu::owns(index) {
+        if pmu_msr(index, &self.opts) {
             return v.pmu.read(index);
         }
         if LbrStack::owns(index) && !self.opts.rtit {
@@ -2033,7 +2052,7 @@ impl Shared {
         self.store_held(v);
         let rdx = v.regs.get("rdx").unwrap_or(0);
         let value = (rdx << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
-        if Pmu::owns(index) {
+        if pmu_msr(index, &self.opts) {
             // The instructions before this WRMSR count under the old configuration; the WRMSR
             // itself retires under the new one (an enabling WRMSR counts, a disabling one not).
             self.count_to(v, ip);
