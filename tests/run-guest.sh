@@ -156,7 +156,11 @@ for elf in "$bin"/t_*.elf; do
     same=1
     for f in "$dir"/thread-*.pt "$dir"/thread-*.rtit; do
       [ -e "$f" ] || continue
-      cmp -s "$f" "$dir/again/$(basename "$f")" || same=0
+      if ! cmp -s "$f" "$dir/again/$(basename "$f")"; then
+        same=0
+        # Where they part (for the diagnosis of a failure seen once in a run beside heavy load).
+        echo "  $(basename "$f"): $(stat -c %s "$f") vs $(stat -c %s "$dir/again/$(basename "$f")") bytes; $(cmp "$f" "$dir/again/$(basename "$f")" 2>&1 | head -1)"
+      fi
     done
     if [ $same = 0 ]; then
       echo "FAIL $name: a second run produced a different stream"; fail=1; continue

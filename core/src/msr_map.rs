@@ -5,7 +5,7 @@
 
 use crate::bts::BranchTraceStore;
 use crate::lbr::LbrStack;
-use crate::pmu::Pmu;
+use crate::pmu::{Pmu, MSR_PEBS_DATA_CFG};
 use crate::pt::caps::PtCaps;
 use crate::pt::msr::{is_rtit_index, Fault, RtitMsrs};
 use crate::rtit::tracer::RtitTracer;
@@ -38,6 +38,9 @@ pub struct MsrMap {
     pub rtit: bool,
     /// The Debug Store (BTS, PEBS) exists.
     pub bts: bool,
+    /// MSR_PEBS_DATA_CFG (3F2H) is the PMU's (the Ice Lake PMU, adaptive PEBS); with the other
+    /// profiles it stays QEMU's.
+    pub pebs_data_cfg: bool,
 }
 
 impl MsrMap {
@@ -46,7 +49,7 @@ impl MsrMap {
     /// well as the counters' bits).
     pub fn unit(&self, index: u32) -> MsrUnit {
         let pt_index = RtitMsrs::owns(index, &self.caps) || is_rtit_index(index);
-        if Pmu::owns(index) {
+        if Pmu::owns(index) && (index != MSR_PEBS_DATA_CFG || self.pebs_data_cfg) {
             MsrUnit::Pmu
         } else if !self.rtit && LbrStack::owns(index) {
             MsrUnit::Lbr
@@ -111,11 +114,11 @@ mod tests {
     const IA32_APIC_BASE: u32 = 0x1B;
 
     fn skylake() -> MsrMap {
-        MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true }
+        MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true, pebs_data_cfg: false }
     }
 
     fn silvermont() -> MsrMap {
-        MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true }
+        MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false }
     }
 
     #[test]
@@ -131,6 +134,8 @@ mod tests {
         assert_eq!(m.unit(RTIT_CTL_ATOM), MsrUnit::Qemu, "Atom RTIT exists only on Silvermont");
         assert_eq!(m.unit(IA32_APIC_BASE), MsrUnit::Qemu);
         assert!(!MsrMap { bts: false, ..m }.owns(IA32_DS_AREA));
+        assert_eq!(m.unit(MSR_PEBS_DATA_CFG), MsrUnit::Qemu, "adaptive PEBS only with the Ice Lake PMU");
+        assert_eq!(MsrMap { pebs_data_cfg: true, ..m }.unit(MSR_PEBS_DATA_CFG), MsrUnit::Pmu);
     }
 
     #[test]

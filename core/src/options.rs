@@ -363,6 +363,8 @@ pub struct SystemOptions {
     /// PERF_CAPABILITIES format 3. Opt-in: exact records need a conditional callback on every
     /// instruction, which costs even while PEBS is off.
     pub pebs: bool,
+    /// The PMU of the profile (Ice Lake's with `profile=icelake`, Skylake's otherwise).
+    pub pmu: crate::pmu::PmuProfile,
     /// Atom RTIT instead of Intel PT (`profile=silvermont`): CPUID family/model 06_4DH, no PT
     /// enumeration, the RTIT MSRs 760H-77DH (seed 002).
     pub rtit: bool,
@@ -377,12 +379,13 @@ pub struct SystemOptions {
 pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
   profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default, CPUID 06_5EH), minimal;
                     sapphirerapids: CPUID 06_8FH with the newer PT features (README \"Newest parts\");
+                    icelake: CPUID 06_7EH, perfmon v5, adaptive PEBS with pebs=1 (README \"Icelake profile\");
                     silvermont: Atom RTIT (seed 002) instead of Intel PT, CPUID family/model 06_4DH
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
   truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth
   bts=0|1           Branch Trace Store and the Debug Store (CPUID.1 DS, IA32_DEBUGCTL, IA32_DS_AREA; default 1)
   dtes64=0|1        CPUID.1:ECX[2] DTES64: 64-bit DS save area format in all modes (default 1)
-  pebs=0|1          PEBS (needs bts=1; Skylake format 3, exact records; costs per instruction) (default 0)
+  pebs=0|1          PEBS (needs bts=1; Skylake format 3 / Icelake adaptive format 4, exact records; costs per instruction) (default 0)
   buffer=BYTES      internal trace buffer of BYTES (64..1G, K/M suffix): packets wait there and
                     overflow (OVF) when the drain cannot keep up; default: none
   drain=B/N         with buffer=: drain B bytes per N instructions (deterministic; default 8/1)
@@ -399,6 +402,7 @@ impl SystemOptions {
             bts: true,
             dtes64: true,
             pebs: false,
+            pmu: crate::pmu::PmuProfile::Skylake,
             rtit: false,
             buffer: None,
             errata: crate::rtit::errata::Errata::default(),
@@ -423,6 +427,7 @@ impl SystemOptions {
                             crate::pt::caps::PtCaps::PROFILE_NAMES.join(", ")
                         ))
                     })?;
+                    o.pmu = if v == "icelake" { crate::pmu::PmuProfile::Icelake } else { crate::pmu::PmuProfile::Skylake };
                 }
                 "out" => {
                     if v.is_empty() || v == "on" {
@@ -444,7 +449,7 @@ impl SystemOptions {
             return err("option 'truth' needs out=DIR".into());
         }
         if o.pebs && (!o.bts || o.rtit) {
-            return err("option 'pebs' needs bts=1 and the Skylake profile (PEBS records go to the Debug Store)".into());
+            return err("option 'pebs' needs bts=1 and the Skylake or Icelake profile (PEBS records go to the Debug Store)".into());
         }
         if o.errata != crate::rtit::errata::Errata::default() && !o.rtit {
             return err("option 'errata' needs profile=silvermont (the errata are those of the Atom RTIT reference)".into());
@@ -516,7 +521,11 @@ mod tests {
         assert!(t.mtc_en() && t.cyc_en());
         assert_eq!((t.mtc_freq(), t.cyc_thresh()), (3, 2));
         let s = |a: &str| SystemOptions::parse([a]).unwrap_err().0;
-        assert!(s("profile=pentium").contains("accepted: skylake, minimal, sapphirerapids, silvermont"));
+        assert!(s("profile=pentium").contains("accepted: skylake, minimal, sapphirerapids, icelake, silvermont"));
+        let icl = SystemOptions::parse(["profile=icelake", "pebs=1"]).unwrap();
+        assert_eq!(icl.pmu, crate::pmu::PmuProfile::Icelake);
+        assert_eq!(icl.signature.map(|s| s.cpuid_01_eax()), Some(0x0007_06E5));
+        assert_eq!(SystemOptions::parse(["profile=skylake"]).unwrap().pmu, crate::pmu::PmuProfile::Skylake);
         assert!(SystemOptions::parse(["profile=silvermont"]).unwrap().rtit);
         let spr = SystemOptions::parse(["profile=sapphirerapids"]).unwrap();
         assert_eq!(spr.caps, crate::pt::caps::PtCaps::SAPPHIRE_RAPIDS);

@@ -22,6 +22,8 @@ use crate::glib::{g_array_free, g_byte_array_new, g_byte_array_set_size};
 
 pub struct Regs {
     handles: [*mut qemu_plugin_register; NAMES.len()],
+    /// xmm0..xmm15 (adaptive PEBS's XMMs group), read only for a PEBS record.
+    xmm: [*mut qemu_plugin_register; 16],
     buf: *mut GByteArray,
 }
 
@@ -75,6 +77,7 @@ impl Regs {
     /// Look the handles up (must run in vCPU context, e.g. the vCPU init callback).
     pub fn discover() -> Regs {
         let mut handles = [std::ptr::null_mut(); NAMES.len()];
+        let mut xmm = [std::ptr::null_mut(); 16];
         // SAFETY: the GArray returned by QEMU holds qemu_plugin_reg_descriptor elements; it is
         // freed here, the handles stay valid.
         unsafe {
@@ -86,8 +89,14 @@ impl Regs {
                     if d.name.is_null() {
                         continue;
                     }
-                    if let Some(i) = CStr::from_ptr(d.name).to_str().ok().and_then(index) {
+                    let name = CStr::from_ptr(d.name).to_str().ok();
+                    if let Some(i) = name.and_then(index) {
                         handles[i] = d.handle;
+                    }
+                    if let Some(i) = name.and_then(|n| n.strip_prefix("xmm")).and_then(|n| n.parse::<usize>().ok()) {
+                        if i < 16 {
+                            xmm[i] = d.handle;
+                        }
                     }
                 }
                 g_array_free(all, true);
@@ -95,7 +104,7 @@ impl Regs {
         }
         // SAFETY: plain GLib allocation, kept for the vCPU's lifetime.
         let buf = unsafe { g_byte_array_new() };
-        Regs { handles, buf }
+        Regs { handles, xmm, buf }
     }
 
     pub fn missing(&self) -> Vec<&'static str> {
@@ -120,6 +129,26 @@ impl Regs {
             let mut b = [0u8; 8];
             std::ptr::copy_nonoverlapping((*self.buf).data, b.as_mut_ptr(), len);
             Some(u64::from_le_bytes(b))
+        }
+    }
+
+    /// XMM register `i` (0-15) in memory byte order (QEMU's gdbstub appends the low quadword
+    /// first, `gdb_get_reg128`); None if QEMU does not expose it.
+    pub fn xmm(&self, i: usize) -> Option<[u8; 16]> {
+        let h = *self.xmm.get(i)?;
+        if h.is_null() || self.buf.is_null() {
+            return None;
+        }
+        // SAFETY: as in `get`.
+        unsafe {
+            g_byte_array_set_size(self.buf, 0);
+            let n = qemu_plugin_read_register(h, self.buf);
+            if n != 16 || (*self.buf).data.is_null() || (*self.buf).len < 16 {
+                return None;
+            }
+            let mut b = [0u8; 16];
+            std::ptr::copy_nonoverlapping((*self.buf).data, b.as_mut_ptr(), 16);
+            Some(b)
         }
     }
 

@@ -29,7 +29,7 @@ use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits};
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
-use pttrace_core::pmu::{Pmu, PmuCaps, Retired};
+use pttrace_core::pmu::{Pmu, PmuCaps, PmuProfile, Retired};
 use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
@@ -1487,15 +1487,14 @@ impl Shared {
         self.count_cycles(v);
     }
 
-    /// The PMU of the profile: Silvermont's with `profile=silvermont`, Skylake's otherwise
-    /// (with PEBS only with `pebs=1`, which needs the Debug Store, `bts=1`).
+    /// The PMU of the profile: Silvermont's with `profile=silvermont`, Ice Lake's with
+    /// `profile=icelake`, Skylake's otherwise (with PEBS only with `pebs=1`, which needs the
+    /// Debug Store, `bts=1`).
     fn pmu_caps(&self) -> PmuCaps {
         if self.opts.rtit {
             PmuCaps::SILVERMONT
-        } else if self.opts.pebs {
-            PmuCaps::SKYLAKE
         } else {
-            PmuCaps { pebs_format: None, ..PmuCaps::SKYLAKE }
+            self.opts.pmu.caps(self.opts.pebs)
         }
     }
 
@@ -1532,9 +1531,23 @@ impl Shared {
         let lma = r("efer") & (1 << 10) != 0;
         let rflags = r("eflags");
         let ds = DsFormat::select(v.bts.dtes64(), lma);
-        let Some(f) = PebsFormat::select(ds, fmt) else { return };
+        let Some(mut f) = PebsFormat::select(ds, fmt) else { return };
         let tsc = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
-        let state = PebsState { rflags, ip, gprs, status: applicable, eventing_ip, tsc };
+        let mut state = PebsState { rflags, ip, gprs, status: applicable, eventing_ip, tsc, ..Default::default() };
+        if let PebsFormat::Adaptive { groups } = &mut f {
+            // Format 4: the groups of MSR_PEBS_DATA_CFG when an applicable counter has
+            // Adaptive_Record set; XMM0-15 as QEMU holds them now (gdbstub's 128-bit xmmN
+            // registers, memory byte order), the LBR stack youngest first.
+            *groups = v.pmu.pebs_record_cfg(applicable);
+            if groups.xmms() {
+                for (i, x) in state.xmm.iter_mut().enumerate() {
+                    *x = regs.xmm(i).unwrap_or_default();
+                }
+            }
+            if groups.lbrs() {
+                state.lbr = v.lbr.entries().collect();
+            }
+        }
         let a = pebs::assist(&mut LinearMem, v.bts.ds_area(), ds, f, &state, applicable);
         for (n, value) in a.resets {
             v.pmu.pebs_reload(n, value);
@@ -1837,7 +1850,7 @@ impl Shared {
             }
             SystemOp::Rdmsr => {
                 let index = v.regs.get("rcx").unwrap_or(0) as u32;
-                if Pmu::owns(index) {
+                if self.msr_map().unit(index) == MsrUnit::Pmu {
                     self.count_to(v, ip);
                 }
                 if self.msr_map().owns(index) {
@@ -1898,7 +1911,7 @@ impl Shared {
 
     /// The MSR map of the profile (`pttrace_core::msr_map`).
     fn msr_map(&self) -> MsrMap {
-        MsrMap { caps: self.opts.caps, rtit: self.opts.rtit, bts: self.opts.bts }
+        MsrMap { caps: self.opts.caps, rtit: self.opts.rtit, bts: self.opts.bts, pebs_data_cfg: self.opts.pmu == PmuProfile::Icelake }
     }
 
     /// RDMSR of an owned MSR: its value, or the #GP(0) hardware raises.

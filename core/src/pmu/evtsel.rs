@@ -18,6 +18,10 @@ impl PerfEvtSel {
     reg_flag!(en, set_en, 22, "[22] EN: enable counter");
     reg_flag!(inv, set_inv, 23, "[23] INV: invert the counter-mask comparison");
     reg_field!(cmask, set_cmask, 24, 8, "[31:24] CMASK: counter mask");
+    reg_flag!(adaptive, set_adaptive, 34, "[34] Adaptive_Record (PEBS_BASELINE parts): the PEBS record holds the MSR_PEBS_DATA_CFG groups");
+
+    /// [34] Adaptive_Record.
+    pub const ADAPTIVE: u64 = 1 << 34;
 
     /// Bits that #GP on WRMSR: 63:32 (IN_TX/IN_TXCP of TSX parts are not modelled), and
     /// AnyThread before version 3.
@@ -62,6 +66,15 @@ impl FixedCtrCtrl {
 
     pub fn pmi(self, i: usize) -> bool {
         self.0 & (1 << (4 * i + 3)) != 0
+    }
+
+    /// FCi_Adaptive_Record, bit 32 + 4i (PEBS_BASELINE parts).
+    pub const fn adaptive_bit(i: usize) -> u64 {
+        1 << (32 + 4 * i)
+    }
+
+    pub fn adaptive(self, i: usize) -> bool {
+        self.0 & Self::adaptive_bit(i) != 0
     }
 
     pub fn counts_at(self, i: usize, cpl: u8) -> bool {

@@ -42,6 +42,10 @@ pub const IA32_A_PMC0: u32 = 0x4C1;
 /// IA32_PEBS_ENABLE (SDM Vol. 4 Table 2-20 for Skylake 06_5EH): [3:0] PEBS_EN_PMCn,
 /// [35:32] LL_EN_PMCn (load latency; accepted and kept, the model has no memory events).
 pub const IA32_PEBS_ENABLE: u32 = 0x3F1;
+/// MSR_PEBS_DATA_CFG (SDM Vol. 3B "Adaptive PEBS", Vol. 4 for 06_7EH): the groups of an
+/// adaptive PEBS record, [0] Memory Info, [1] GPRs, [2] XMMs, [3] LBRs, [31:24] LBR entries - 1;
+/// exists with PEBS format 4 and PERF_CAPABILITIES[14] PEBS_BASELINE.
+pub const MSR_PEBS_DATA_CFG: u32 = 0x3F2;
 
 /// IA32_PERF_GLOBAL_STATUS bits besides the counters' overflow bits.
 pub const STATUS_TRACE_TOPA_PMI: u64 = 1 << 55;
@@ -59,6 +63,49 @@ pub const PERF_CAP_FW_WRITE: u64 = 1 << 13;
 pub const PERF_CAP_PEBS_TRAP: u64 = 1 << 6;
 /// IA32_PERF_CAPABILITIES[7] PEBS_ARCH_REG: the records hold the architectural registers.
 pub const PERF_CAP_PEBS_ARCH_REG: u64 = 1 << 7;
+/// IA32_PERF_CAPABILITIES[14] PEBS_BASELINE: every counter (GP and fixed) supports PEBS, any
+/// event, and the records are adaptive (MSR_PEBS_DATA_CFG; format 4).
+pub const PERF_CAP_PEBS_BASELINE: u64 = 1 << 14;
+
+/// MSR_PEBS_DATA_CFG as a typed register.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PebsDataCfg(pub u64);
+
+impl PebsDataCfg {
+    reg_flag!(mem_info, set_mem_info, 0, "[0] Memory Info group (data address, aux, latency, TSX)");
+    reg_flag!(gprs, set_gprs, 1, "[1] GPRs group (RFLAGS, IP, RAX..R15)");
+    reg_flag!(xmms, set_xmms, 2, "[2] XMMs group (XMM0-XMM15)");
+    reg_flag!(lbrs, set_lbrs, 3, "[3] LBRs group");
+    reg_field!(lbr_entries_m1, set_lbr_entries_m1, 24, 8, "[31:24] LBR entries - 1");
+    /// Bits software may set; any other #GP(0) (as KVM's `pebs_data_cfg_mask = ~0xff00000f`,
+    /// which it lets through to the hardware register).
+    pub const WRITABLE: u64 = 0xFF00_000F;
+}
+
+/// The PMU a full-system profile models (Silvermont's comes with `profile=silvermont`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PmuProfile {
+    /// Skylake 06_5EH (the default, `minimal` and `sapphirerapids` profiles).
+    #[default]
+    Skylake,
+    /// Ice Lake 06_7EH (`profile=icelake`): version 5, adaptive PEBS.
+    Icelake,
+}
+
+impl PmuProfile {
+    /// The part's PMU; PEBS only with `pebs` (`pebs=1`).
+    pub fn caps(self, pebs: bool) -> PmuCaps {
+        let c = match self {
+            PmuProfile::Skylake => PmuCaps::SKYLAKE,
+            PmuProfile::Icelake => PmuCaps::ICELAKE,
+        };
+        if pebs {
+            c
+        } else {
+            PmuCaps { pebs_format: None, ..c }
+        }
+    }
+}
 
 /// What a part's PMU looks like (CPUID leaf 0AH, PERF_CAPABILITIES).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,16 +124,36 @@ pub struct PmuCaps {
     /// PEBS record format (IA32_PERF_CAPABILITIES[11:8]; trap-like, architectural registers),
     /// IA32_PEBS_ENABLE and IA32_MISC_ENABLE[12] = 0; None: no PEBS.
     pub pebs_format: Option<u8>,
+    /// IA32_PERF_CAPABILITIES[14] PEBS_BASELINE with format 4: adaptive records
+    /// (MSR_PEBS_DATA_CFG, IA32_PERFEVTSELx[34] / IA32_FIXED_CTR_CTRL[32+4i] Adaptive_Record),
+    /// PEBS on the fixed counters (IA32_PEBS_ENABLE[32+i]).
+    pub pebs_baseline: bool,
 }
 
 impl PmuCaps {
     /// Skylake client 06_5EH: perfmon version 4, 4 GP counters per thread, 3 fixed counters,
     /// 48 bits, full-width writes.
     pub const SKYLAKE: PmuCaps =
-        PmuCaps { version: 4, num_gp: 4, num_fixed: 3, width: 48, full_width_writes: true, topa_pmi: true, lbr_format: 5, pebs_format: Some(3) };
+        PmuCaps { version: 4, num_gp: 4, num_fixed: 3, width: 48, full_width_writes: true, topa_pmi: true, lbr_format: 5, pebs_format: Some(3), pebs_baseline: false };
+    /// Ice Lake client 06_7EH: architectural perfmon version 5 (AnyThread deprecated,
+    /// CPUID.0AH:ECX fixed-counter bitmap), 8 GP counters per logical processor, 48 bits,
+    /// full-width writes, 32 model-specific LBRs with LBR_INFO (format 5), adaptive PEBS
+    /// (format 4 with PEBS_BASELINE). The part's fourth fixed counter (TOPDOWN.SLOTS, with
+    /// PERF_METRICS) is not modelled and so not enumerated: 3 fixed counters (ECX = 7).
+    pub const ICELAKE: PmuCaps = PmuCaps {
+        version: 5,
+        num_gp: 8,
+        num_fixed: 3,
+        width: 48,
+        full_width_writes: true,
+        topa_pmi: true,
+        lbr_format: 5,
+        pebs_format: Some(4),
+        pebs_baseline: true,
+    };
     /// Silvermont 06_4DH: version 3, 2 GP counters, 3 fixed, 40 bits.
     pub const SILVERMONT: PmuCaps =
-        PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, full_width_writes: false, topa_pmi: false, lbr_format: 0, pebs_format: None };
+        PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, full_width_writes: false, topa_pmi: false, lbr_format: 0, pebs_format: None, pebs_baseline: false };
 
     fn mask(&self) -> u64 {
         (1u64 << self.width) - 1
@@ -98,12 +165,24 @@ impl PmuCaps {
 
     /// CPUID.0AH {EAX, EBX, ECX, EDX} (SDM Vol. 2A Table 3-8): EAX version, GP counters, width,
     /// EBX length 7; EBX bit set = event unavailable: LLC references (3) and LLC misses (4) are
-    /// not modelled; EDX fixed counters and their width.
+    /// not modelled; EDX fixed counters and their width. Version 5 (§20.2.5): ECX the bitmap of
+    /// the fixed counters, EDX[15] AnyThread deprecation (the model has one thread per core, so
+    /// AnyThread never had an effect).
     pub fn cpuid_0a(&self) -> [u32; 4] {
         let eax = u32::from(self.version) | (u32::from(self.num_gp) << 8) | (u32::from(self.width) << 16) | (7 << 24);
         let ebx = (1 << 3) | (1 << 4);
-        let edx = u32::from(self.num_fixed) | (u32::from(self.width) << 5);
-        [eax, ebx, 0, edx]
+        let mut edx = u32::from(self.num_fixed) | (u32::from(self.width) << 5);
+        let mut ecx = 0;
+        if self.version >= 5 {
+            ecx = (1 << self.num_fixed) - 1;
+            edx |= 1 << 15;
+        }
+        [eax, ebx, ecx, edx]
+    }
+
+    /// PEBS with adaptive records (format 4 + PEBS_BASELINE).
+    pub fn adaptive_pebs(&self) -> bool {
+        self.pebs_baseline && self.pebs_format.is_some_and(|f| f >= 4)
     }
 
     /// IA32_PERF_CAPABILITIES: FW_WRITE, the LBR format and, with PEBS, trap-like records with
@@ -111,15 +190,44 @@ impl PmuCaps {
     /// reads 0x23C5, without [12] SMM_FREEZE (no SMM freeze is modelled, and with it
     /// IA32_DEBUGCTL[14] FREEZE_WHILE_SMM would have to be writable).
     pub fn perf_capabilities(&self) -> Option<u64> {
-        let pebs = self.pebs_format.map_or(0, |f| PERF_CAP_PEBS_TRAP | PERF_CAP_PEBS_ARCH_REG | (u64::from(f) << 8));
+        let mut pebs = self.pebs_format.map_or(0, |f| PERF_CAP_PEBS_TRAP | PERF_CAP_PEBS_ARCH_REG | (u64::from(f) << 8));
+        if self.adaptive_pebs() {
+            pebs |= PERF_CAP_PEBS_BASELINE;
+        }
         self.full_width_writes.then_some(PERF_CAP_FW_WRITE | pebs | u64::from(self.lbr_format))
     }
 
     /// Bits of IA32_PEBS_ENABLE software may set: PEBS_EN_PMCn and LL_EN_PMCn of each GP
-    /// counter; the rest #GP (None: the MSR does not exist).
+    /// counter; with PEBS_BASELINE PEBS_EN_PMCn and PEBS_EN_FIXEDi (bit 32 + i; KVM's
+    /// `pebs_enable_mask = counter_mask` for baseline parts, Linux sets no LL_EN bit from
+    /// version 5 on); the rest #GP (None: the MSR does not exist).
     pub fn pebs_enable_bits(&self) -> Option<u64> {
         let gp = (1u64 << self.num_gp) - 1;
+        if self.adaptive_pebs() {
+            return Some(self.counter_bits());
+        }
         self.pebs_format.map(|_| gp | (gp << 32))
+    }
+
+    /// IA32_PERFEVTSELx bits that #GP: [34] Adaptive_Record is defined with PEBS_BASELINE.
+    fn evtsel_reserved(&self) -> u64 {
+        let r = PerfEvtSel::reserved(self.version);
+        if self.adaptive_pebs() {
+            r & !PerfEvtSel::ADAPTIVE
+        } else {
+            r
+        }
+    }
+
+    /// IA32_FIXED_CTR_CTRL bits that #GP: FCi_Adaptive_Record (32 + 4i) with PEBS_BASELINE.
+    fn fixed_ctrl_reserved(&self) -> u64 {
+        let n = usize::from(self.num_fixed);
+        let r = FixedCtrCtrl::reserved(self.version, n);
+        if self.adaptive_pebs() {
+            (0..n).fold(r, |r, i| r & !FixedCtrCtrl::adaptive_bit(i))
+        } else {
+            r
+        }
     }
 
     /// Bits of IA32_PERF_GLOBAL_STATUS_RESET (OVF_CTRL) software may write.
@@ -149,8 +257,10 @@ struct Active {
     os: bool,
     usr: bool,
     int: bool,
-    /// IA32_PEBS_ENABLE.PEBS_EN_PMCn (GP counters only).
+    /// IA32_PEBS_ENABLE.PEBS_EN_PMCn (GP counters) / PEBS_EN_FIXEDi (with PEBS_BASELINE).
     pebs: bool,
+    /// Adaptive_Record (IA32_PERFEVTSELx[34], IA32_FIXED_CTR_CTRL[32 + 4i]).
+    adaptive: bool,
 }
 
 /// The PMU of one logical processor.
@@ -175,6 +285,8 @@ pub struct Pmu {
     pebs_armed: u64,
     /// Armed counters whose event occurred again: a record is due (`take_pebs`).
     pebs_fired: u64,
+    /// MSR_PEBS_DATA_CFG.
+    pebs_data_cfg: PebsDataCfg,
 }
 
 impl Pmu {
@@ -197,6 +309,7 @@ impl Pmu {
             pebs_enable: 0,
             pebs_armed: 0,
             pebs_fired: 0,
+            pebs_data_cfg: PebsDataCfg(0),
         }
     }
 
@@ -224,6 +337,7 @@ impl Pmu {
             || within(IA32_FIXED_CTR0, MAX_FIXED)
             || index == IA32_PERF_CAPABILITIES
             || index == IA32_PEBS_ENABLE
+            || index == MSR_PEBS_DATA_CFG
             || (IA32_FIXED_CTR_CTRL..=IA32_PERF_GLOBAL_INUSE).contains(&index)
     }
 
@@ -288,6 +402,7 @@ impl Pmu {
             IA32_PERF_GLOBAL_STATUS_SET if self.caps.version >= 4 => Ok(0),
             IA32_PERF_GLOBAL_INUSE if self.caps.version >= 4 => Ok(self.inuse()),
             IA32_PEBS_ENABLE if self.caps.pebs_format.is_some() => Ok(self.pebs_enable),
+            MSR_PEBS_DATA_CFG if self.caps.adaptive_pebs() => Ok(self.pebs_data_cfg.0),
             _ => Err(Fault::Gp),
         }
     }
@@ -304,17 +419,18 @@ impl Pmu {
             return ok(!mask);
         }
         if self.gp_index(index, IA32_PERFEVTSEL0).is_some() {
-            return ok(PerfEvtSel::reserved(self.caps.version));
+            return ok(self.caps.evtsel_reserved());
         }
         if self.fixed_index(index).is_some() {
             return ok(!mask);
         }
         match index {
-            IA32_FIXED_CTR_CTRL => ok(FixedCtrCtrl::reserved(self.caps.version, usize::from(self.caps.num_fixed))),
+            IA32_FIXED_CTR_CTRL => ok(self.caps.fixed_ctrl_reserved()),
             IA32_PERF_GLOBAL_CTRL => ok(!self.caps.counter_bits()),
             IA32_PERF_GLOBAL_STATUS_RESET => ok(!self.caps.reset_bits()),
             IA32_PERF_GLOBAL_STATUS_SET if self.caps.version >= 4 => ok(!self.caps.set_bits()),
             IA32_PEBS_ENABLE => ok(!self.caps.pebs_enable_bits().ok_or(Fault::Gp)?),
+            MSR_PEBS_DATA_CFG if self.caps.adaptive_pebs() => ok(!PebsDataCfg::WRITABLE),
             // GLOBAL_STATUS, INUSE and PERF_CAPABILITIES are read-only.
             _ => Err(Fault::Gp),
         }
@@ -339,6 +455,7 @@ impl Pmu {
                 IA32_PERF_GLOBAL_STATUS_RESET => self.global_status &= !value,
                 IA32_PERF_GLOBAL_STATUS_SET => self.global_status |= value,
                 IA32_PEBS_ENABLE => self.pebs_enable = value,
+                MSR_PEBS_DATA_CFG => self.pebs_data_cfg = PebsDataCfg(value),
                 _ => {}
             }
         }
@@ -408,7 +525,8 @@ impl Pmu {
             }
             let Some(event) = Self::gp_event(sel) else { continue };
             let pebs = self.pebs_enable & (1 << i) != 0;
-            self.active.push(Active { bit: i as u8, event, os: sel.os(), usr: sel.usr(), int: sel.int(), pebs });
+            let adaptive = sel.adaptive();
+            self.active.push(Active { bit: i as u8, event, os: sel.os(), usr: sel.usr(), int: sel.int(), pebs, adaptive });
         }
         for i in 0..usize::from(self.caps.num_fixed) {
             if self.global_ctrl & (1 << (32 + i)) == 0 || self.fixed_ctrl.en(i) == 0 {
@@ -416,7 +534,18 @@ impl Pmu {
             }
             let Some(event) = Event::fixed(i) else { continue };
             let en = self.fixed_ctrl.en(i);
-            self.active.push(Active { bit: 32 + i as u8, event, os: en & 1 != 0, usr: en & 2 != 0, int: self.fixed_ctrl.pmi(i), pebs: false });
+            // PEBS_EN_FIXEDi exists only with PEBS_BASELINE (before, bit 32 + n is LL_EN_PMCn).
+            let pebs = self.caps.adaptive_pebs() && self.pebs_enable & (1 << (32 + i)) != 0;
+            let adaptive = self.fixed_ctrl.adaptive(i);
+            self.active.push(Active {
+                bit: 32 + i as u8,
+                event,
+                os: en & 1 != 0,
+                usr: en & 2 != 0,
+                int: self.fixed_ctrl.pmi(i),
+                pebs,
+                adaptive,
+            });
         }
         self.counts_cycles = self.active.iter().any(|a| matches!(a.event, Event::CoreCycles | Event::RefCycles));
         // A counter no longer counting with PEBS is not armed (its next event cannot come).
@@ -499,10 +628,41 @@ impl Pmu {
         self.pebs_fired != 0
     }
 
-    /// After a PEBS record: GP counter `n` is loaded with the DS area's reset value for it.
-    pub fn pebs_reload(&mut self, n: usize, value: u64) {
-        if n < usize::from(self.caps.num_gp) {
-            self.gp[n] = value & self.caps.mask();
+    /// After a PEBS record: counter `bit` (GP n: n, fixed i: 32 + i) is loaded with the DS
+    /// area's reset value for it.
+    pub fn pebs_reload(&mut self, bit: usize, value: u64) {
+        let mask = self.caps.mask();
+        if bit < usize::from(self.caps.num_gp) {
+            self.gp[bit] = value & mask;
+        } else if (32..32 + usize::from(self.caps.num_fixed)).contains(&bit) {
+            self.fixed[bit - 32] = value & mask;
+        }
+    }
+
+    /// MSR_PEBS_DATA_CFG.
+    pub fn pebs_data_cfg(&self) -> PebsDataCfg {
+        self.pebs_data_cfg
+    }
+
+    /// The groups of the adaptive record for the counters `applicable`: MSR_PEBS_DATA_CFG when
+    /// one of them has Adaptive_Record set, else 0 (a basic record). The SDM defines
+    /// Adaptive_Record per counter ("If this bit is not set, a basic record is generated"); for a
+    /// record shared by counters with and without it the model takes the groups (an assumption).
+    pub fn pebs_record_cfg(&self, applicable: u64) -> PebsDataCfg {
+        if !self.caps.adaptive_pebs() {
+            return PebsDataCfg(0);
+        }
+        let adaptive = |bit: u64| {
+            if bit >= 32 {
+                self.fixed_ctrl.adaptive((bit - 32) as usize)
+            } else {
+                self.evtsel.get(bit as usize).is_some_and(|s| s.adaptive())
+            }
+        };
+        if (0..64).any(|b| applicable & (1 << b) != 0 && adaptive(b)) {
+            self.pebs_data_cfg
+        } else {
+            PebsDataCfg(0)
         }
     }
 
@@ -518,7 +678,7 @@ impl Pmu {
                 if !a.pebs || !(if cpl == 0 { a.os } else { a.usr }) || req != 0 || plain == 0 {
                     return false;
                 }
-                let value = self.gp[usize::from(a.bit)];
+                let value = if a.bit >= 32 { self.fixed[usize::from(a.bit - 32)] } else { self.gp[usize::from(a.bit)] };
                 // Mid-block events only come from instruction events (branches end blocks).
                 self.pebs_armed & (1 << a.bit) != 0 || plain + u64::from(last.is_some()) > mask - value
             })

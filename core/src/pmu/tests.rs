@@ -307,3 +307,87 @@ fn disabling_the_counter_disarms_pebs_and_the_buffer_threshold_raises_a_pmi() {
     assert!(p.take_pmi());
     assert_eq!(p.global_status(), 0b10 | STATUS_OVF_BUFFER | STATUS_CTR_FRZ);
 }
+
+fn icl() -> Pmu {
+    Pmu::new(PmuCaps::ICELAKE)
+}
+
+#[test]
+fn icelake_profile_enumerates_version_5_and_adaptive_pebs() {
+    // Version 5, 8 x 48-bit GP counters, EBX length 7; ECX the fixed-counter bitmap (0-2),
+    // EDX 3 x 48-bit fixed counters with [15] AnyThread deprecation.
+    assert_eq!(PmuCaps::ICELAKE.cpuid_0a(), [0x0730_0805, 0x18, 0x7, 0x8603]);
+    // FW_WRITE, PEBS_BASELINE, format 4, arch regs, trap-like, LBR format 5.
+    assert_eq!(PmuCaps::ICELAKE.perf_capabilities(), Some(0x64C5));
+    let none = PmuCaps { pebs_format: None, ..PmuCaps::ICELAKE };
+    assert_eq!(none.perf_capabilities(), Some(0x2005), "without pebs=1 nothing of PEBS");
+    assert_eq!(Pmu::new(none).read(MSR_PEBS_DATA_CFG), Err(Fault::Gp));
+    // Skylake has no MSR_PEBS_DATA_CFG and no Adaptive_Record bits.
+    let mut s = skl();
+    assert_eq!(s.read(MSR_PEBS_DATA_CFG), Err(Fault::Gp));
+    assert_eq!(s.write(IA32_PERFEVTSEL0, 0xC0 | EN | PerfEvtSel::ADAPTIVE), Err(Fault::Gp));
+    assert_eq!(s.write(IA32_FIXED_CTR_CTRL, 1 << 32), Err(Fault::Gp));
+}
+
+#[test]
+fn pebs_data_cfg_field_checks_and_read_back() {
+    let mut p = icl();
+    assert_eq!(p.read(MSR_PEBS_DATA_CFG), Ok(0));
+    for bad in [1 << 4, 1 << 23, 1 << 32, 1 << 63] {
+        assert_eq!(p.write(MSR_PEBS_DATA_CFG, bad), Err(Fault::Gp), "{bad:#x}");
+    }
+    p.write(MSR_PEBS_DATA_CFG, 0x1F00_000F).unwrap();
+    assert_eq!(p.read(MSR_PEBS_DATA_CFG), Ok(0x1F00_000F));
+    let c = p.pebs_data_cfg();
+    assert!(c.mem_info() && c.gprs() && c.xmms() && c.lbrs());
+    assert_eq!(c.lbr_entries_m1(), 31);
+}
+
+#[test]
+fn baseline_pebs_enable_covers_gp_and_fixed_counters() {
+    let mut p = icl();
+    for bad in [1 << 8, 1 << 35, 1 << 63] {
+        assert_eq!(p.write(IA32_PEBS_ENABLE, bad), Err(Fault::Gp), "{bad:#x}");
+    }
+    p.write(IA32_PEBS_ENABLE, 0x7_0000_00FF).unwrap();
+    assert_eq!(p.read(IA32_PEBS_ENABLE), Ok(0x7_0000_00FF));
+    // Adaptive_Record: PERFEVTSELx[34], FIXED_CTR_CTRL[32 + 4i] for i < 3.
+    p.write(IA32_PERFEVTSEL0 + 7, 0xC0 | EN | PerfEvtSel::ADAPTIVE).unwrap();
+    p.write(IA32_FIXED_CTR_CTRL, 0x333 | (1 << 32) | (1 << 36) | (1 << 40)).unwrap();
+    assert_eq!(p.write(IA32_FIXED_CTR_CTRL, 1 << 44), Err(Fault::Gp));
+}
+
+#[test]
+fn fixed_counter_0_pebs_arms_triggers_and_reloads() {
+    // INST_RETIRED.ANY on fixed counter 0 with PEBS (Linux schedules `instructions:pp` there).
+    let mut p = icl();
+    p.write(IA32_FIXED_CTR0, (1 << 48) - 2).unwrap();
+    p.write(IA32_FIXED_CTR_CTRL, 0b0001 | FixedCtrCtrl::adaptive_bit(0)).unwrap();
+    p.write(IA32_PEBS_ENABLE, 1 << 32).unwrap();
+    p.write(IA32_PERF_GLOBAL_CTRL, 1 << 32).unwrap();
+    assert!(p.pebs_active());
+    assert!(p.pebs_within(2, Some(Retired::PLAIN), 0), "overflow at the 2nd, record at the 3rd");
+    p.retire(2, Retired::PLAIN, 0);
+    assert!(!p.pebs_due());
+    assert!(p.pebs_within(1, None, 0), "armed");
+    p.retire(1, Retired::PLAIN, 0);
+    let applicable = p.take_pebs();
+    assert_eq!(applicable, 1 << 32);
+    p.write(MSR_PEBS_DATA_CFG, 0b10).unwrap();
+    assert_eq!(p.pebs_record_cfg(applicable), PebsDataCfg(0b10), "Adaptive_Record set: the groups");
+    p.pebs_reload(32, (1 << 48) - 100);
+    assert_eq!(p.read(IA32_FIXED_CTR0), Ok((1 << 48) - 100));
+    // Without Adaptive_Record the record is basic.
+    p.write(IA32_FIXED_CTR_CTRL, 0b0001).unwrap();
+    assert_eq!(p.pebs_record_cfg(applicable), PebsDataCfg(0));
+}
+
+#[test]
+fn without_baseline_bit_32_is_load_latency_not_fixed_pebs() {
+    let mut p = skl();
+    p.write(IA32_FIXED_CTR_CTRL, 0b0001).unwrap();
+    p.write(IA32_PEBS_ENABLE, 1 << 32).unwrap(); // LL_EN_PMC0
+    p.write(IA32_PERF_GLOBAL_CTRL, 1 << 32).unwrap();
+    assert!(!p.pebs_active());
+    assert_eq!(p.pebs_record_cfg(1), PebsDataCfg(0));
+}

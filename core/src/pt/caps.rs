@@ -74,6 +74,12 @@ pub const SKYLAKE_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x5
 /// 000806F8H; Linux INTEL_FAM6_SAPPHIRERAPIDS_X).
 pub const SAPPHIRE_RAPIDS_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x8F, stepping: 8 };
 
+/// Ice Lake client (10th generation Core, e.g. Core i7-1065G7): family 6, model 7EH, stepping 5
+/// (CPUID.01H:EAX 000706E5H; Linux INTEL_FAM6_ICELAKE_L). The part whose PMU `profile=icelake`
+/// models (perfmon version 5, 32 model-specific LBRs, adaptive PEBS format 4 with
+/// PEBS_BASELINE), so Linux picks its Ice Lake tables (README "Icelake profile").
+pub const ICELAKE_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x7E, stepping: 5 };
+
 impl PtCaps {
     /// A Skylake-class client part: ToPA (multi-entry), single range, CR3 filter, PSB/CYC,
     /// 2 IP ranges, MTC. CPUID.14H.0 = {1, 0xF, 0x7, 0}, 14H.1 = {0x02490002, 0x003F3FFF}
@@ -168,11 +174,13 @@ impl PtCaps {
             "skylake" | "default" => Some((PtCaps::SKYLAKE, Some(SKYLAKE_SIGNATURE))),
             "minimal" => Some((PtCaps::MINIMAL, None)),
             "sapphirerapids" => Some((PtCaps::SAPPHIRE_RAPIDS, Some(SAPPHIRE_RAPIDS_SIGNATURE))),
+            // Leaf 14H: the Skylake-class set the model implements (README "Icelake profile").
+            "icelake" => Some((PtCaps::SKYLAKE, Some(ICELAKE_SIGNATURE))),
             _ => None,
         }
     }
 
-    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake", "minimal", "sapphirerapids"];
+    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake", "minimal", "sapphirerapids", "icelake"];
 
     /// CPUID.(EAX=14H, ECX=subleaf) as {EAX, EBX, ECX, EDX}; subleaves above 1 read as zero.
     pub fn cpuid_14(&self, subleaf: u32) -> [u32; 4] {
