@@ -30,7 +30,7 @@ use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consisten
 use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
 use pttrace_core::pmu::{Pmu, PmuCaps, PmuProfile, Retired};
-use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
+use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
@@ -1725,28 +1725,7 @@ impl Shared {
 
     /// IA32_RTIT_STATUS and the output pointers as hardware shows them right now.
     fn sync_status(&self, v: &mut Vcpu) {
-        // FilterEn/ContextEn/TriggerEn are evaluated while TraceEn = 1; with tracing off they
-        // keep their last values (0 after reset) and TriggerEn reads 0.
-        if v.tracer.trace_en() {
-            let (filter_en, context_en, trigger_en) = v.tracer.status_bits();
-            v.msrs.status.set_filter_en(filter_en);
-            v.msrs.status.set_context_en(context_en);
-            v.msrs.status.set_trigger_en(trigger_en);
-        } else {
-            v.msrs.status.set_trigger_en(false);
-        }
-        // TraceStop sets Stopped while tracing; once TraceEn is 0, software owns the bit.
-        if v.tracer.trace_en() && v.tracer.trace_stop_hit() {
-            v.msrs.status.set_stopped(true);
-        }
-        // PacketByteCnt counts while tracing; with TraceEn = 0 it holds what software wrote.
-        // Without configurable PSB (CPUID.(14H,0):EBX[1] = 0) the field is reserved and reads 0.
-        if v.tracer.trace_en() && self.opts.caps.psb_cyc {
-            v.msrs.status.set_packet_byte_cnt(v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32);
-        }
-        // The output unit owns the output pointers (WRMSRs to them are forwarded to it).
-        v.msrs.output_base = v.output.output_base();
-        v.msrs.output_mask_ptrs = OutputMaskPtrs::new(v.output.output_mask_ptrs());
+        v.msrs.read_back(&v.tracer, &v.output, &self.opts.caps);
     }
 
     /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] and a PMI through the

@@ -10,6 +10,7 @@ pub mod last_ip;
 pub mod msr;
 pub mod output;
 pub mod packet;
+pub mod readback;
 pub mod ret_stack;
 pub mod rtit_ctl;
 pub mod tnt;
