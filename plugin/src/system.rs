@@ -31,6 +31,7 @@ use pttrace_core::options::SystemOptions;
 use pttrace_core::lbr::LbrStack;
 use pttrace_core::pmu::{Pmu, PmuCaps, PmuProfile, Retired};
 use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
+use pttrace_core::pt::enable::{self, EnableSite};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
@@ -1971,42 +1972,19 @@ impl Shared {
             Err(Fault::Gp) => Self::raise_gp(v, rcx, rdx),
             Ok(WriteEffect::TraceEnabled) => {
                 Self::ensure_cs_base(v);
-                v.tracer.set_ip_base(self.ip_base(v.cs_base));
-                let ctx = current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode);
-                v.tracer.set_context(ctx);
-                v.tracer.reconfigure(self.trace_config(v));
-                if v.msrs.ctl.event_en() {
-                    // Event Trace: MODE.Exec carries RFLAGS.IF from the PSB+ on.
-                    v.tracer.set_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
-                }
-                // SDM Table 33-11, EBX[1] = 0: "a PSB is always generated" when TraceEn is set.
-                let restored = if self.opts.caps.psb_cyc { v.msrs.status.packet_byte_cnt() } else { 0 };
-                v.tracer.set_packet_byte_count(u64::from(restored));
-                // PSB and PMI preservation (CPUID.(14H,0):EBX[6], InjectPsbPmiOnEnable).
-                let (inject_psb, inject_pmi) = v.msrs.enable_injections();
-                if inject_psb {
-                    v.tracer.inject_psb_at_enable();
-                }
-                let ctl = v.msrs.ctl;
-                self.ctl_used.fetch_or(ctl.0, Ordering::Relaxed);
-                // With STATUS.Stopped or STATUS.Error already set, TriggerEn stays 0: no packets
-                // and no output until software clears them (SDM §33.2.7.2 ToPA errors, TraceStop).
-                let blocked = v.msrs.status.stopped() || v.msrs.status.error();
-                v.output_active = !blocked
-                    && match v.output.start(ctl.topa(), v.msrs.output_base, v.msrs.output_mask_ptrs.value(), &mut PhysMem) {
-                        Ok(()) => true,
-                        Err(_) => {
-                            v.msrs.status.set_error(true);
-                            false
-                        }
-                    };
-                v.tracer.write_ctl(ip, nlip, ctl);
-                if !v.output_active {
-                    v.tracer.stop_without_packets();
-                    v.tracer.take_output();
-                }
+                let site = EnableSite {
+                    ip,
+                    nlip,
+                    ctx: current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode),
+                    ip_base: self.ip_base(v.cs_base),
+                    rflags_if: v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0,
+                };
+                self.ctl_used.fetch_or(v.msrs.ctl.0, Ordering::Relaxed);
+                let cfg = self.trace_config(v);
+                let enabled = enable::trace_enabled(&mut v.msrs, &mut v.tracer, &mut v.output, &self.opts.caps, cfg, site, &mut PhysMem);
+                v.output_active = enabled.output_active;
                 self.drain(v);
-                if inject_pmi {
+                if enabled.topa_pmi {
                     // STATUS.PendTopaPMI at the enable: the ToPA PMI is pended anew.
                     self.raise_topa_pmi(v);
                 }
@@ -2014,16 +1992,10 @@ impl Shared {
             Ok(WriteEffect::TraceDisabled) => {
                 // Everything buffered reaches memory before the WRMSR completes, so the guest
                 // reads a complete stream and final pointers right after it.
-                v.tracer.write_ctl(ip, nlip, v.msrs.ctl);
-                v.msrs.trace_disabled(v.tracer.psb_due());
+                enable::trace_disabling(&mut v.msrs, &mut v.tracer, ip, nlip);
                 self.flush_output(v);
-                v.output.stop();
+                enable::trace_disabled_output(&mut v.msrs, &v.tracer, &mut v.output, &self.opts.caps);
                 v.output_active = false;
-                if self.opts.caps.psb_cyc {
-                    let count = v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32;
-                    v.msrs.status.set_packet_byte_cnt(count);
-                }
-                self.sync_status(v);
             }
             Ok(WriteEffect::Plain) => {
                 match index {

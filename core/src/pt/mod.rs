@@ -3,6 +3,7 @@ pub mod buffer_spec;
 pub mod caps;
 pub mod decode;
 pub mod dump;
+pub mod enable;
 pub mod encode;
 pub mod filter;
 pub mod internal_buffer;
