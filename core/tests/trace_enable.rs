@@ -112,3 +112,37 @@ fn a_disable_keeps_packet_byte_cnt_and_the_next_enable_continues_from_it() {
     let (t3, _, _) = enable(&mut m, &no_psb_cyc);
     assert!(t3.packet_byte_count() < 100, "without configurable PSB the count starts at 0");
 }
+
+#[test]
+fn a_topa_stop_region_that_fills_sets_stopped_raises_the_pmi_and_loses_the_rest() {
+    use pttrace_core::guest_mem::GuestMemory;
+    use pttrace_core::pt::enable::{store_packets, Stored};
+    let caps = PtCaps::SKYLAKE;
+    let mut mem = SparseMemory::new();
+    mem.add_ram(0x20000, 0x1000);
+    mem.add_ram(0x30000, 0x1000);
+    // One 4 KiB region with INT = STOP = 1, then END back to the table (SDM §33.2.7.2).
+    mem.write_u64(0x20000, 0x30000 | (1 << 4) | (1 << 2)).unwrap();
+    mem.write_u64(0x20008, 0x20000 | 1).unwrap();
+    let mut m = msrs();
+    m.ctl.set_topa(true);
+    m.output_base = 0x20000;
+    m.output_mask_ptrs = pttrace_core::pt::msr::OutputMaskPtrs::new(0x7F);
+    let mut t = Tracer::new(TraceConfig::default(), Context::USER64);
+    let mut out = OutputUnit::new(caps);
+    let cfg = TraceConfig { ctl: m.ctl, ..TraceConfig::default() };
+    let e = trace_enabled(&mut m, &mut t, &mut out, &caps, cfg, SITE, &mut mem);
+    assert!(e.output_active);
+    for i in 0..2000u64 {
+        t.branch(0x401000, 0x401002, BranchKind::IndirectJump, 0x7f00_0000_0000 + 0x1_0001 * i);
+    }
+    let generated = t.output().len();
+    assert!(generated > 4096);
+    let mut mirrored = 0;
+    let s = store_packets(&mut m, &mut t, &mut out, &mut mem, |b| mirrored = b.len());
+    assert_eq!(s, Stored { written: 4096, lost: generated - 4096, topa_pmi: true, output_active: true });
+    assert_eq!(mirrored, 4096);
+    assert!(m.status.stopped() && !m.status.error());
+    t.branch(0x401000, 0x401002, BranchKind::IndirectJump, 0x402000);
+    assert!(t.output().is_empty(), "no packets after the STOP");
+}

@@ -1702,25 +1702,19 @@ impl Shared {
     /// Store the Intel PT bytes generated so far through the output unit (and the host copy).
     fn store_output(&self, v: &mut Vcpu) {
         v.held_blocks = 0;
-        let bytes = v.tracer.output();
-        let outcome = v.output.write(&mut PhysMem, bytes);
-        let written = outcome.written.min(bytes.len());
-        v.lost_after_stop += (bytes.len() - written) as u64;
-        if let Some(out) = &self.out {
-            out.send(FileKey::Pt(v.index + 1), bytes[..written].to_vec());
-        }
-        v.tracer.clear_output();
-        if outcome.pmi {
+        let (out, index) = (&self.out, v.index);
+        let mirror = |bytes: &[u8]| {
+            if let Some(out) = out {
+                out.send(FileKey::Pt(index + 1), bytes.to_vec());
+            }
+        };
+        let stored = enable::store_packets(&mut v.msrs, &mut v.tracer, &mut v.output, &mut PhysMem, mirror);
+        v.lost_after_stop += stored.lost as u64;
+        if stored.topa_pmi {
             self.raise_topa_pmi(v);
         }
-        if outcome.stopped {
-            v.msrs.status.set_stopped(true);
-            v.tracer.stop_without_packets();
-        }
-        if outcome.error.is_some() {
-            v.msrs.status.set_error(true);
+        if !stored.output_active {
             v.output_active = false;
-            v.tracer.stop_without_packets();
         }
     }
 

@@ -97,3 +97,45 @@ pub fn trace_disabled_output(msrs: &mut RtitMsrs, tracer: &Tracer, output: &mut 
     }
     msrs.read_back(tracer, output, caps);
 }
+
+/// What storing the generated packets left for the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// Bytes the output unit took (stored, or dropped at restricted memory, §33.2.7.4).
+    pub written: usize,
+    /// Bytes lost: the unit stopped or failed before taking them (hardware loses what is still
+    /// in its internal buffers).
+    pub lost: usize,
+    /// A region with INT = 1 filled: the caller raises the ToPA PMI (§33.2.7.2).
+    pub topa_pmi: bool,
+    /// The output unit keeps running (false after an output error).
+    pub output_active: bool,
+}
+
+/// The packets generated so far go through the output unit (§33.2.7): `mirror` sees the bytes
+/// it took (the host copy); a ToPA STOP region that filled sets IA32_RTIT_STATUS.Stopped and an
+/// output error sets Error, both ending packet generation (TriggerEn = 0).
+pub fn store_packets(
+    msrs: &mut RtitMsrs,
+    tracer: &mut Tracer,
+    output: &mut OutputUnit,
+    mem: &mut impl GuestMemory,
+    mirror: impl FnOnce(&[u8]),
+) -> Stored {
+    let bytes = tracer.output();
+    let outcome = output.write(mem, bytes);
+    let written = outcome.written.min(bytes.len());
+    let lost = bytes.len() - written;
+    mirror(&bytes[..written]);
+    tracer.clear_output();
+    if outcome.stopped {
+        msrs.status.set_stopped(true);
+        tracer.stop_without_packets();
+    }
+    let failed = outcome.error.is_some();
+    if failed {
+        msrs.status.set_error(true);
+        tracer.stop_without_packets();
+    }
+    Stored { written, lost, topa_pmi: outcome.pmi, output_active: !failed }
+}
