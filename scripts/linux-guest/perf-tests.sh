@@ -12,7 +12,7 @@
 #                      unpacked, into /usr/src/linux-source-6.1/ in the guest; `perf test` run from
 #                      there finds them as in a kernel tree (./tools/perf/tests/shell).
 #   tcc, libc6-dev, linux-libc-dev   the scripts compile their workloads with /usr/bin/cc (`cc`):
-#                      the Tiny C Compiler as /usr/bin/cc, with glibc's and the kernel's headers
+#                      the Tiny C Compiler as /usr/bin/cc (`tcc -g`: the symbol table, as gcc), with glibc's and the kernel's headers
 #                      and glibc's crt files, linked against the guest's libc.so.6 (gcc with cc1
 #                      and binutils would be ~10 times the size).
 #   dash               Debian's /bin/sh, as /bin/dash. Debian's busybox sh runs its own applets
@@ -120,7 +120,10 @@ mkdir -p bin usr/bin usr/lib/x86_64-linux-gnu lib/x86_64-linux-gnu usr/lib/pttra
 # files, linker scripts and small archives (libc_nonshared.a, the libpthread.a stub), not its
 # static libraries.
 install -m 755 "$stage/usr/bin/tcc" usr/bin/tcc
-ln -s tcc usr/bin/cc
+# gcc always writes the ELF symbol table; tcc only with -g (without it only .dynsym: pipe_test.sh's
+# `noploop` could not be symbolised). So cc is tcc -g.
+printf '#!/bin/sh\n# perf-tests.sh: gcc keeps .symtab by default, tcc only with -g\nexec /usr/bin/tcc -g "$@"\n' >usr/bin/cc
+chmod 755 usr/bin/cc
 cp -a "$stage/usr/lib/x86_64-linux-gnu/tcc" usr/lib/x86_64-linux-gnu/
 cp -a "$stage/usr/include/." usr/include/
 for f in "$stage"/usr/lib/x86_64-linux-gnu/*; do

@@ -9,7 +9,7 @@
 #      event_trace look at (formerly tests/linux/newest_pt.sh), then test_intel_pt.sh.
 #   2. the default profile (Skylake): test_intel_pt.sh, stat.sh, stat+csv_output.sh,
 #      stat+csv_summary.sh, stat+json_output.sh, stat+shadow_stat.sh, test_brstack.sh,
-#      record+zstd_comp_decomp.sh.
+#      record+zstd_comp_decomp.sh, pipe_test.sh.
 #   3. the default profile with pebs=1: record.sh.
 # Every result is printed (tests/linux/perf-shell-results.awk reads the console); the ones listed
 # in MUST below have to be "pass" (a skip is not a pass), the others are reported only (see
@@ -67,7 +67,7 @@ ipt='Miscellaneous Intel PT testing'
 run_tests sapphirerapids ",profile=sapphirerapids" "$tmp/spr-checks.sh" "$ipt"
 run_tests skylake "" "$tmp/none.sh" "$ipt" 'perf stat tests' 'perf stat CSV output linter' 'perf stat csv summary test' \
   'perf stat JSON output linter' 'perf stat metrics (shadow stat) test' 'Check branch stack sampling' \
-  'Zstd perf.data compression/decompression'
+  'Zstd perf.data compression/decompression' 'perf pipe recording and injection test'
 # record.sh's register capture samples br_inst_retired.near_call:p (PEBS): with pebs=1.
 run_tests skylake-pebs ",pebs=1" "$tmp/none.sh" 'perf record tests'
 
