@@ -41,7 +41,7 @@ test-corpus: all qemu
 test: test-unit test-corpus test-linux
 
 # A stock Debian Linux guest running perf with the emulated Intel PT and perf's own shell tests
-# from linux-source-6.1 (~13 minutes under TCG).
+# from linux-source-6.1 (~12-15 minutes under TCG).
 test-linux: all qemu
 	@bash tests/linux/checkers-selftest.sh
 	@bash tests/linux/perf_pt.sh

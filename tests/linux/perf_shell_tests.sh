@@ -90,6 +90,7 @@ must=(
   "skylake: perf stat metrics (shadow stat) test pass"
   "skylake: Check branch stack sampling pass"
   "skylake: Zstd perf.data compression/decompression pass"
+  "skylake: perf pipe recording and injection test pass"
   "skylake: perf stat tests/Basic stat command test pass"
   "skylake: perf stat tests/stat record and report test pass"
   "skylake: perf stat tests/stat repeat weak groups test pass"
