@@ -68,7 +68,7 @@ mapfile -t pins < <(apt-cache show --no-all-versions "${pkgs[@]}" |
   awk '/^Package: /{p=$2} /^Version: /{print p "=" $2}' | LC_ALL=C sort -u)
 [ ${#pins[@]} -eq ${#pkgs[@]} ] || { log "apt-cache show: ${#pins[@]} of ${#pkgs[@]} packages"; exit 1; }
 pins+=("linux-source-6.1=$perfver")
-stamp=$( { printf '%s\n' "${pins[@]}"; cat "$cache/stamp"; sha256sum "$here/perf-tests.sh"; } |
+stamp=$( { printf '%s\n' "${pins[@]}"; cat "$cache/stamp"; sha256sum <"$here/perf-tests.sh"; } |
   sha256sum | cut -d' ' -f1)
 out=$cache/perf-tests.cpio.gz
 if [ -f "$out" ] && [ "$(cat "$cache/perf-tests.stamp" 2>/dev/null)" = "$stamp" ]; then
