@@ -60,4 +60,19 @@ sed 's/^\( instruction trace error type 1 time 75.194789164 .*\)$/\1\n\1\n\1\n\1
 expect_gaps fail "run 7 with 5 errors at one truncation" "$tmp/run7.aux" "$tmp/five.err"
 sed 's/flags: 0x1 \[T\]/flags: 0 []/' "$tmp/run7.aux" >"$tmp/untrunc.aux"
 expect_gaps fail "run 7's gaps without truncated AUX records" "$tmp/untrunc.aux" "$d/pt-gaps-run7.err"
+# perf-shell-results.awk (perf_shell_tests.sh): the console of a Skylake boot that ran perf's own
+# shell tests gives exactly the recorded results (data/perf-shell-skylake.results, checked by
+# hand against the console: per_thread and jitdump failed, the three newest-part sub-tests
+# skipped); a sub-test whose OK is gone fails, one that printed a SKIP line is a skip, not a pass.
+expect_results() {  # NAME CONSOLE EXPECTED
+    out=$(awk -f "$top/tests/linux/perf-shell-results.awk" "$2" | diff "$3" - 2>&1); rc=$?
+    if [ $rc = 0 ]; then echo "ok   $1"; else echo "FAIL $1: $out"; fails=$((fails + 1)); fi
+}
+expect_results "perf shell tests: recorded Skylake console" "$d/perf-shell-skylake.console" "$d/perf-shell-skylake.results"
+awk '/^--- Test virtual LBR ---$/ { v = 1 } v && $0 == "OK" { v = 0; next } { print }' "$d/perf-shell-skylake.console" >"$tmp/nolbr.console"
+sed 's#^test_intel_pt/virtual_lbr pass$#test_intel_pt/virtual_lbr fail#' "$d/perf-shell-skylake.results" >"$tmp/nolbr.results"
+expect_results "perf shell tests: virtual_lbr without its OK is a fail" "$tmp/nolbr.console" "$tmp/nolbr.results"
+awk '/^--- Test with kernel trace ---$/ { print; print "SKIP: no kernel tracing"; next } { print }' "$d/perf-shell-skylake.console" >"$tmp/skip.console"
+sed 's#^test_intel_pt/kernel_trace pass$#test_intel_pt/kernel_trace skip#' "$d/perf-shell-skylake.results" >"$tmp/skip.results"
+expect_results "perf shell tests: a SKIP line makes kernel_trace a skip despite its OK" "$tmp/skip.console" "$tmp/skip.results"
 [ $fails = 0 ] && echo "checkers-selftest.sh: all cases as expected" || { echo "checkers-selftest.sh: $fails case(s) wrong"; exit 1; }
