@@ -157,8 +157,9 @@ static void check_record(const struct pebs_rec *r, uint64_t k)
     ASSERT_EQ(r->r13, 0xDDDD);
     ASSERT_EQ(r->r14, 0xEEEE);
     ASSERT_EQ(r->r15, 0xFFFF);
-    /* RFLAGS: bit 1 set, IF clear (interrupts off), ZF/SF clear (r12 > 0). */
-    ASSERT_EQ(r->flags & 0x2C2, 0x2);
+    /* RFLAGS: bit 1 set, IF clear (interrupts off). The arithmetic flags are not checked: the
+     * model's are stale mid-block (README "Nehalem profile"). */
+    ASSERT_EQ(r->flags & 0x202, 0x2);
     /* IA32_PERF_GLOBAL_STATUS at the assist: the counter's overflow bit (set at its overflow,
      * not cleared since), nothing else. */
     ASSERT_EQ(r->status, 1ull << counter);
