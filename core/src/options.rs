@@ -359,11 +359,12 @@ pub struct SystemOptions {
     pub bts: bool,
     /// CPUID.1:ECX[2] DTES64: the 64-bit DS save area format in every mode.
     pub dtes64: bool,
-    /// PEBS (`pebs=1`, with `bts=1`, Skylake profile): IA32_PEBS_ENABLE, MISC_ENABLE[12] = 0,
-    /// PERF_CAPABILITIES format 3. Opt-in: exact records need a conditional callback on every
+    /// PEBS (`pebs=1`, with `bts=1`, not Silvermont): IA32_PEBS_ENABLE, MISC_ENABLE[12] = 0,
+    /// PERF_CAPABILITIES format 3 (Skylake), 4 (Icelake) or 1 (Nehalem). Opt-in: exact records need a conditional callback on every
     /// instruction, which costs even while PEBS is off.
     pub pebs: bool,
-    /// The PMU of the profile (Ice Lake's with `profile=icelake`, Skylake's otherwise).
+    /// The PMU of the profile (Ice Lake's with `profile=icelake`, Nehalem's with
+    /// `profile=nehalem`, Skylake's otherwise).
     pub pmu: crate::pmu::PmuProfile,
     /// Atom RTIT instead of Intel PT (`profile=silvermont`): CPUID family/model 06_4DH, no PT
     /// enumeration, the RTIT MSRs 760H-77DH (seed 002).
