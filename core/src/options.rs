@@ -359,11 +359,12 @@ pub struct SystemOptions {
     pub bts: bool,
     /// CPUID.1:ECX[2] DTES64: the 64-bit DS save area format in every mode.
     pub dtes64: bool,
-    /// PEBS (`pebs=1`, with `bts=1`, Skylake profile): IA32_PEBS_ENABLE, MISC_ENABLE[12] = 0,
-    /// PERF_CAPABILITIES format 3. Opt-in: exact records need a conditional callback on every
+    /// PEBS (`pebs=1`, with `bts=1`, not Silvermont): IA32_PEBS_ENABLE, MISC_ENABLE[12] = 0,
+    /// PERF_CAPABILITIES format 3 (Skylake), 4 (Icelake) or 1 (Nehalem). Opt-in: exact records need a conditional callback on every
     /// instruction, which costs even while PEBS is off.
     pub pebs: bool,
-    /// The PMU of the profile (Ice Lake's with `profile=icelake`, Skylake's otherwise).
+    /// The PMU of the profile (Ice Lake's with `profile=icelake`, Nehalem's with
+    /// `profile=nehalem`, Skylake's otherwise).
     pub pmu: crate::pmu::PmuProfile,
     /// Atom RTIT instead of Intel PT (`profile=silvermont`): CPUID family/model 06_4DH, no PT
     /// enumeration, the RTIT MSRs 760H-77DH (seed 002).
@@ -380,12 +381,13 @@ pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma se
   profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default, CPUID 06_5EH), minimal;
                     sapphirerapids: CPUID 06_8FH with the newer PT features (README \"Newest parts\");
                     icelake: CPUID 06_7EH, perfmon v5, adaptive PEBS with pebs=1 (README \"Icelake profile\");
+                    nehalem: CPUID 06_1AH, perfmon v3, the 176-byte PEBS record with pebs=1 (README \"Nehalem profile\");
                     silvermont: Atom RTIT (seed 002) instead of Intel PT, CPUID family/model 06_4DH
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
   truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth
   bts=0|1           Branch Trace Store and the Debug Store (CPUID.1 DS, IA32_DEBUGCTL, IA32_DS_AREA; default 1)
   dtes64=0|1        CPUID.1:ECX[2] DTES64: 64-bit DS save area format in all modes (default 1)
-  pebs=0|1          PEBS (needs bts=1; Skylake format 3 / Icelake adaptive format 4, exact records; costs per instruction) (default 0)
+  pebs=0|1          PEBS (needs bts=1; Skylake format 3 / Icelake adaptive format 4 / Nehalem format 1, exact records; costs per instruction) (default 0)
   buffer=BYTES      internal trace buffer of BYTES (64..1G, K/M suffix): packets wait there and
                     overflow (OVF) when the drain cannot keep up; default: none
   drain=B/N         with buffer=: drain B bytes per N instructions (deterministic; default 8/1)
@@ -427,7 +429,11 @@ impl SystemOptions {
                             crate::pt::caps::PtCaps::PROFILE_NAMES.join(", ")
                         ))
                     })?;
-                    o.pmu = if v == "icelake" { crate::pmu::PmuProfile::Icelake } else { crate::pmu::PmuProfile::Skylake };
+                    o.pmu = match v {
+                        "icelake" => crate::pmu::PmuProfile::Icelake,
+                        "nehalem" => crate::pmu::PmuProfile::Nehalem,
+                        _ => crate::pmu::PmuProfile::Skylake,
+                    };
                 }
                 "out" => {
                     if v.is_empty() || v == "on" {
@@ -449,7 +455,7 @@ impl SystemOptions {
             return err("option 'truth' needs out=DIR".into());
         }
         if o.pebs && (!o.bts || o.rtit) {
-            return err("option 'pebs' needs bts=1 and the Skylake or Icelake profile (PEBS records go to the Debug Store)".into());
+            return err("option 'pebs' needs bts=1 and the Skylake, Icelake or Nehalem profile (PEBS records go to the Debug Store)".into());
         }
         if o.errata != crate::rtit::errata::Errata::default() && !o.rtit {
             return err("option 'errata' needs profile=silvermont (the errata are those of the Atom RTIT reference)".into());
@@ -521,7 +527,10 @@ mod tests {
         assert!(t.mtc_en() && t.cyc_en());
         assert_eq!((t.mtc_freq(), t.cyc_thresh()), (3, 2));
         let s = |a: &str| SystemOptions::parse([a]).unwrap_err().0;
-        assert!(s("profile=pentium").contains("accepted: skylake, minimal, sapphirerapids, icelake, silvermont"));
+        assert!(s("profile=pentium").contains("accepted: skylake, minimal, sapphirerapids, icelake, nehalem, silvermont"));
+        let nhm = SystemOptions::parse(["profile=nehalem", "pebs=1"]).unwrap();
+        assert_eq!(nhm.pmu, crate::pmu::PmuProfile::Nehalem);
+        assert_eq!(nhm.signature.map(|s| s.cpuid_01_eax()), Some(0x0001_06A5));
         let icl = SystemOptions::parse(["profile=icelake", "pebs=1"]).unwrap();
         assert_eq!(icl.pmu, crate::pmu::PmuProfile::Icelake);
         assert_eq!(icl.signature.map(|s| s.cpuid_01_eax()), Some(0x0007_06E5));

@@ -1534,7 +1534,8 @@ impl Shared {
         let ds = DsFormat::select(v.bts.dtes64(), lma);
         let Some(mut f) = PebsFormat::select(ds, fmt) else { return };
         let tsc = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
-        let mut state = PebsState { rflags, ip, gprs, status: applicable, eventing_ip, tsc, ..Default::default() };
+        let status = f.status_field(v.pmu.global_status(), applicable);
+        let mut state = PebsState { rflags, ip, gprs, status, eventing_ip, tsc, ..Default::default() };
         if let PebsFormat::Adaptive { groups } = &mut f {
             // Format 4: the groups of MSR_PEBS_DATA_CFG when an applicable counter has
             // Adaptive_Record set; XMM0-15 as QEMU holds them now (gdbstub's 128-bit xmmN

@@ -74,6 +74,18 @@ impl PebsFormat {
         })
     }
 
+    /// The record's status field at 90H: formats 1 and 2 hold IA32_PERF_GLOBAL_STATUS as it
+    /// reads at the assist (SDM Vol. 3B Nehalem/Haswell PEBS record tables; seed 001 §6.7: the
+    /// enhanced record's four new fields), so every overflow bit software has not cleared shows,
+    /// besides the counter that caused it; format 3 and the adaptive basic group hold the
+    /// applicable counters only. Formats 0 and 32-bit have no such field.
+    pub fn status_field(self, global_status: u64, applicable: u64) -> u64 {
+        match self {
+            PebsFormat::Nehalem | PebsFormat::Haswell => global_status,
+            _ => applicable,
+        }
+    }
+
     pub fn record_size(self) -> u64 {
         match self {
             PebsFormat::Bits32 => 40,
@@ -341,6 +353,32 @@ mod tests {
         for f in [PebsFormat::Bits32, PebsFormat::Core, PebsFormat::Nehalem, PebsFormat::Haswell, PebsFormat::Skylake] {
             assert_eq!(state().encode(f).len() as u64, f.record_size(), "{f:?}");
         }
+    }
+
+    #[test]
+    fn nehalem_record_field_by_field() {
+        // Seed 001 §6.7: the enhanced record, 176 bytes: RFLAGS, RIP, RAX..R15, then
+        // GLOBAL_STATUS (all overflow bits, not just the applicable counter's), data linear
+        // address, data source and latency (0: no memory event is modelled).
+        let f = PebsFormat::select(DsFormat::Bits64, 1).unwrap();
+        assert_eq!(f, PebsFormat::Nehalem);
+        let mut m = setup(DsFormat::Bits64, f, 4, 4);
+        m.write_linear(BUF + 176, &[0xA5; 8]).unwrap();
+        let s = PebsState { status: f.status_field(0b1001, 0b1), ..state() };
+        assert_eq!(write_record(&mut m, DS, DsFormat::Bits64, f, &s), PebsOutcome::Written { pmi: false });
+        assert_eq!(u64_at(&mut m, BUF), 0x246);
+        assert_eq!(u64_at(&mut m, BUF + 0x08), 0x40_1005);
+        for i in 0..16 {
+            assert_eq!(u64_at(&mut m, BUF + 0x10 + 8 * i), s.gprs[i as usize]);
+        }
+        assert_eq!(u64_at(&mut m, BUF + 0x90), 0b1001, "IA32_PERF_GLOBAL_STATUS");
+        for off in [0x98, 0xA0, 0xA8] {
+            assert_eq!(u64_at(&mut m, BUF + off), 0, "memory fields at {off:#x}");
+        }
+        assert_eq!(m.bytes(BUF + 176, 8), vec![0xA5; 8], "nothing past the 176 bytes");
+        assert_eq!(u64_at(&mut m, DS + 0x28), BUF + 176, "index advanced by one record");
+        // Format 3 keeps the applicable counters there.
+        assert_eq!(PebsFormat::Skylake.status_field(0b1001, 0b1), 0b1);
     }
 
     #[test]

@@ -90,6 +90,8 @@ pub enum PmuProfile {
     Skylake,
     /// Ice Lake 06_7EH (`profile=icelake`): version 5, adaptive PEBS.
     Icelake,
+    /// Nehalem 06_1AH (`profile=nehalem`): version 3, the enhanced PEBS record (format 1).
+    Nehalem,
 }
 
 impl PmuProfile {
@@ -98,6 +100,7 @@ impl PmuProfile {
         let c = match self {
             PmuProfile::Skylake => PmuCaps::SKYLAKE,
             PmuProfile::Icelake => PmuCaps::ICELAKE,
+            PmuProfile::Nehalem => PmuCaps::NEHALEM,
         };
         if pebs {
             c
@@ -115,7 +118,9 @@ pub struct PmuCaps {
     pub num_fixed: u8,
     /// Counter width in bits (GP and fixed).
     pub width: u8,
-    /// CPUID.1:ECX[15] PDCM and IA32_PERF_CAPABILITIES exist; FW_WRITE set.
+    /// CPUID.1:ECX[15] PDCM: IA32_PERF_CAPABILITIES exists.
+    pub pdcm: bool,
+    /// IA32_PERF_CAPABILITIES[13] FW_WRITE: IA32_A_PMCx take full-width values.
     pub full_width_writes: bool,
     /// The part has Intel PT's ToPA PMI (GLOBAL_STATUS[55]).
     pub topa_pmi: bool,
@@ -134,7 +139,7 @@ impl PmuCaps {
     /// Skylake client 06_5EH: perfmon version 4, 4 GP counters per thread, 3 fixed counters,
     /// 48 bits, full-width writes.
     pub const SKYLAKE: PmuCaps =
-        PmuCaps { version: 4, num_gp: 4, num_fixed: 3, width: 48, full_width_writes: true, topa_pmi: true, lbr_format: 5, pebs_format: Some(3), pebs_baseline: false };
+        PmuCaps { version: 4, num_gp: 4, num_fixed: 3, width: 48, pdcm: true, full_width_writes: true, topa_pmi: true, lbr_format: 5, pebs_format: Some(3), pebs_baseline: false };
     /// Ice Lake client 06_7EH: architectural perfmon version 5 (AnyThread deprecated,
     /// CPUID.0AH:ECX fixed-counter bitmap), 8 GP counters per logical processor, 48 bits,
     /// full-width writes, 32 model-specific LBRs with LBR_INFO (format 5), adaptive PEBS
@@ -145,15 +150,37 @@ impl PmuCaps {
         num_gp: 8,
         num_fixed: 3,
         width: 48,
+        pdcm: true,
         full_width_writes: true,
         topa_pmi: true,
         lbr_format: 5,
         pebs_format: Some(4),
         pebs_baseline: true,
     };
+    /// Nehalem 06_1AH (Core i7-920, `profile=nehalem`; SDM Vol. 3B "Performance Monitoring for
+    /// Processors Based on Intel Microarchitecture Code Name Nehalem", Vol. 4 Table 2-15):
+    /// architectural perfmon version 3, 4 GP counters, 3 fixed counters, 48 bits; PEBS on the
+    /// four GP counters (IA32_PEBS_ENABLE[3:0], LL_EN_PMCn [35:32]; seed 001 §6.5.7: "Nehalem
+    /// 微架构及后续架构支持 4 个 IA32_PMC0 到 IA32_PMC3 计数器产生 PEBS"), PERF_CAPABILITIES
+    /// format 1: the enhanced 176-byte record, trap-like, with the architectural registers. No
+    /// FW_WRITE (from Sandy Bridge on; no IA32_A_PMCx). The LBR format reported is the model's
+    /// stack (5), not Nehalem's 16-entry format 3 (README "Nehalem profile"); GLOBAL_STATUS[55]
+    /// stays because the profile keeps the model's Intel PT.
+    pub const NEHALEM: PmuCaps = PmuCaps {
+        version: 3,
+        num_gp: 4,
+        num_fixed: 3,
+        width: 48,
+        pdcm: true,
+        full_width_writes: false,
+        topa_pmi: true,
+        lbr_format: 5,
+        pebs_format: Some(1),
+        pebs_baseline: false,
+    };
     /// Silvermont 06_4DH: version 3, 2 GP counters, 3 fixed, 40 bits.
     pub const SILVERMONT: PmuCaps =
-        PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, full_width_writes: false, topa_pmi: false, lbr_format: 0, pebs_format: None, pebs_baseline: false };
+        PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, pdcm: false, full_width_writes: false, topa_pmi: false, lbr_format: 0, pebs_format: None, pebs_baseline: false };
 
     fn mask(&self) -> u64 {
         (1u64 << self.width) - 1
@@ -185,7 +212,7 @@ impl PmuCaps {
         self.pebs_baseline && self.pebs_format.is_some_and(|f| f >= 4)
     }
 
-    /// IA32_PERF_CAPABILITIES: FW_WRITE, the LBR format and, with PEBS, trap-like records with
+    /// IA32_PERF_CAPABILITIES (with PDCM): FW_WRITE, the LBR format and, with PEBS, trap-like records with
     /// the architectural registers in the profile's format: Skylake 06_5EH reads 0x33C5; the model
     /// reads 0x23C5, without [12] SMM_FREEZE (no SMM freeze is modelled, and with it
     /// IA32_DEBUGCTL[14] FREEZE_WHILE_SMM would have to be writable).
@@ -194,7 +221,8 @@ impl PmuCaps {
         if self.adaptive_pebs() {
             pebs |= PERF_CAP_PEBS_BASELINE;
         }
-        self.full_width_writes.then_some(PERF_CAP_FW_WRITE | pebs | u64::from(self.lbr_format))
+        let fw = if self.full_width_writes { PERF_CAP_FW_WRITE } else { 0 };
+        self.pdcm.then_some(fw | pebs | u64::from(self.lbr_format))
     }
 
     /// Bits of IA32_PEBS_ENABLE software may set: PEBS_EN_PMCn and LL_EN_PMCn of each GP

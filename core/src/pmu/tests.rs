@@ -391,3 +391,32 @@ fn without_baseline_bit_32_is_load_latency_not_fixed_pebs() {
     assert!(!p.pebs_active());
     assert_eq!(p.pebs_record_cfg(1), PebsDataCfg(0));
 }
+
+#[test]
+fn nehalem_profile_enumerates_version_3_and_the_enhanced_pebs_record() {
+    // Version 3, 4 x 48-bit GP counters, EBX length 7; EDX 3 x 48-bit fixed counters.
+    assert_eq!(PmuCaps::NEHALEM.cpuid_0a(), [0x0730_0403, 0x18, 0, 0x603]);
+    // Trap-like [6], arch regs [7], format 1 [11:8], no FW_WRITE, LBR format of the model's stack.
+    assert_eq!(PmuCaps::NEHALEM.perf_capabilities(), Some(0x1C5));
+    assert_eq!(PmuProfile::Nehalem.caps(false).perf_capabilities(), Some(0x5), "PDCM without pebs=1, no PEBS bits");
+    assert_eq!(PmuCaps::NEHALEM.pebs_enable_bits(), Some(0xF_0000_000F), "PEBS_EN_PMC0-3, LL_EN_PMC0-3");
+    let mut p = Pmu::new(PmuCaps::NEHALEM);
+    assert_eq!(p.read(IA32_A_PMC0), Err(Fault::Gp), "no full-width writes before Sandy Bridge");
+    assert_eq!(p.write(IA32_A_PMC0, 1), Err(Fault::Gp));
+    assert_eq!(p.read(IA32_PERF_GLOBAL_STATUS_SET), Err(Fault::Gp), "version 4 MSR");
+    assert_eq!(p.read(MSR_PEBS_DATA_CFG), Err(Fault::Gp));
+    // Legacy write: EAX sign-extended to 48 bits.
+    p.write(IA32_PMC0 + 3, 0xFFFF_FFFE).unwrap();
+    assert_eq!(p.read(IA32_PMC0 + 3), Ok(0xFFFF_FFFF_FFFE));
+    // PEBS on PMC3: the overflow arms, the next event triggers, the counter reloads.
+    p.write(IA32_PERFEVTSEL0 + 3, 0xC0 | OS | EN).unwrap();
+    p.write(IA32_PEBS_ENABLE, 0b1000).unwrap();
+    p.write(IA32_PERF_GLOBAL_CTRL, 0b1000).unwrap();
+    p.retire(2, Retired::PLAIN, 0);
+    assert!(!p.pebs_due());
+    assert_eq!(p.global_status(), 0b1000);
+    p.retire(1, Retired::PLAIN, 0);
+    assert_eq!(p.take_pebs(), 0b1000);
+    p.pebs_reload(3, 0xFFFF_FFFF_FFF0);
+    assert_eq!(p.read(IA32_PMC0 + 3), Ok(0xFFFF_FFFF_FFF0));
+}

@@ -80,6 +80,11 @@ pub const SAPPHIRE_RAPIDS_SIGNATURE: CpuSignature = CpuSignature { family: 6, mo
 /// PEBS_BASELINE), so Linux picks its Ice Lake tables (README "Icelake profile").
 pub const ICELAKE_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x7E, stepping: 5 };
 
+/// Nehalem (1st generation Core i7, Core i7-920 D0): family 6, model 1AH, stepping 5 (CPUID.01H:EAX
+/// 000106A5H; Linux INTEL_FAM6_NEHALEM_EP). The part whose PMU `profile=nehalem` models (perfmon
+/// version 3, the enhanced 176-byte PEBS record, PERF_CAPABILITIES[11:8] = 1; seed 001 §6.7).
+pub const NEHALEM_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x1A, stepping: 5 };
+
 impl PtCaps {
     /// A Skylake-class client part: ToPA (multi-entry), single range, CR3 filter, PSB/CYC,
     /// 2 IP ranges, MTC. CPUID.14H.0 = {1, 0xF, 0x7, 0}, 14H.1 = {0x02490002, 0x003F3FFF}
@@ -176,11 +181,14 @@ impl PtCaps {
             "sapphirerapids" => Some((PtCaps::SAPPHIRE_RAPIDS, Some(SAPPHIRE_RAPIDS_SIGNATURE))),
             // Leaf 14H: the Skylake-class set the model implements (README "Icelake profile").
             "icelake" => Some((PtCaps::SKYLAKE, Some(ICELAKE_SIGNATURE))),
+            // A Nehalem has no Intel PT; the model's trace unit stays enumerated with the
+            // Skylake-class set (README "Nehalem profile").
+            "nehalem" => Some((PtCaps::SKYLAKE, Some(NEHALEM_SIGNATURE))),
             _ => None,
         }
     }
 
-    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake", "minimal", "sapphirerapids", "icelake"];
+    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake", "minimal", "sapphirerapids", "icelake", "nehalem"];
 
     /// CPUID.(EAX=14H, ECX=subleaf) as {EAX, EBX, ECX, EDX}; subleaves above 1 read as zero.
     pub fn cpuid_14(&self, subleaf: u32) -> [u32; 4] {
