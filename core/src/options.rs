@@ -365,6 +365,9 @@ pub struct SystemOptions {
     pub pebs: bool,
     /// The PMU of the profile (Ice Lake's with `profile=icelake`, Skylake's otherwise).
     pub pmu: crate::pmu::PmuProfile,
+    /// Architectural LBRs (`profile=sapphirerapids`, `crate::arch_lbr`) instead of the
+    /// model-specific LBR stack.
+    pub arch_lbr: bool,
     /// Atom RTIT instead of Intel PT (`profile=silvermont`): CPUID family/model 06_4DH, no PT
     /// enumeration, the RTIT MSRs 760H-77DH (seed 002).
     pub rtit: bool,
@@ -403,6 +406,7 @@ impl SystemOptions {
             dtes64: true,
             pebs: false,
             pmu: crate::pmu::PmuProfile::Skylake,
+            arch_lbr: false,
             rtit: false,
             buffer: None,
             errata: crate::rtit::errata::Errata::default(),
@@ -428,6 +432,7 @@ impl SystemOptions {
                         ))
                     })?;
                     o.pmu = if v == "icelake" { crate::pmu::PmuProfile::Icelake } else { crate::pmu::PmuProfile::Skylake };
+                    o.arch_lbr = v == "sapphirerapids";
                 }
                 "out" => {
                     if v.is_empty() || v == "on" {
@@ -529,6 +534,9 @@ mod tests {
         assert!(SystemOptions::parse(["profile=silvermont"]).unwrap().rtit);
         let spr = SystemOptions::parse(["profile=sapphirerapids"]).unwrap();
         assert_eq!(spr.caps, crate::pt::caps::PtCaps::SAPPHIRE_RAPIDS);
+        assert!(spr.arch_lbr);
+        assert!(!SystemOptions::parse(["profile=skylake"]).unwrap().arch_lbr);
+        assert!(!icl.arch_lbr);
         assert_eq!(spr.signature.map(|s| s.cpuid_01_eax()), Some(0x0008_06F8));
         let skl = Some(crate::pt::caps::SKYLAKE_SIGNATURE);
         assert_eq!(SystemOptions::parse(["profile=skylake"]).unwrap().signature, skl);
