@@ -18,6 +18,15 @@ pub const IA32_LBR_DEPTH: u32 = 0x14CF;
 pub const IA32_LBR_0_FROM_IP: u32 = 0x1500;
 pub const IA32_LBR_0_TO_IP: u32 = 0x1600;
 pub const IA32_LBR_0_INFO: u32 = 0x1200;
+/// IA32_PERF_CAPABILITIES[5:0] LBR_FMT of a part with Arch LBR: 3FH (no model-specific LBR
+/// format; software finds the LBRs through CPUID leaf 1CH).
+pub const PERF_CAP_LBR_FMT_ARCH: u8 = 0x3F;
+
+/// The PMU of a part with Arch LBR: `pmu` with LBR_FMT 3FH.
+pub fn pmu_caps(pmu: crate::pmu::PmuCaps) -> crate::pmu::PmuCaps {
+    crate::pmu::PmuCaps { lbr_format: PERF_CAP_LBR_FMT_ARCH, ..pmu }
+}
+
 /// The largest depth the architecture defines (CPUID.1CH:EAX[7:0]: 8 x (n + 1) for bit n).
 pub const MAX_DEPTH: usize = 64;
 
@@ -314,6 +323,14 @@ mod tests {
         let ok: Vec<u64> = (0..=80).filter(|&d| c.supports_depth(d)).collect();
         assert_eq!(ok, [8, 16, 24, 32]);
         assert_eq!(ArchLbrCaps { depth_bitmap: 0x80 }.max_depth(), 64);
+    }
+
+    #[test]
+    fn perf_capabilities_report_lbr_format_3fh_and_keep_the_other_fields() {
+        let skl = crate::pmu::PmuCaps::SKYLAKE;
+        let spr = pmu_caps(skl).perf_capabilities().unwrap();
+        assert_eq!(spr & 0x3F, 0x3F);
+        assert_eq!(spr & !0x3F, skl.perf_capabilities().unwrap() & !0x3F);
     }
 
     #[test]

@@ -1502,6 +1502,9 @@ impl Shared {
     fn pmu_caps(&self) -> PmuCaps {
         if self.opts.rtit {
             PmuCaps::SILVERMONT
+        } else if self.opts.arch_lbr {
+            // IA32_PERF_CAPABILITIES[5:0] = 3FH: Arch LBR, no model-specific LBR format.
+            pttrace_core::arch_lbr::pmu_caps(self.opts.pmu.caps(self.opts.pebs))
         } else {
             self.opts.pmu.caps(self.opts.pebs)
         }

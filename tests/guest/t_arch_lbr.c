@@ -202,6 +202,8 @@ void test_main(void)
     uint32_t depth = 8 * (32 - __builtin_clz(r[0] & 0xFF));
     ASSERT_EQ(depth, 32);
 
+    ASSERT_EQ(rdmsr(0x345) & 0x3F, 0x3F);     /* IA32_PERF_CAPABILITIES.LBR_FMT: Arch LBR */
+
     /* ---- MSR rules ---- */
     ASSERT_EQ(rdmsr(IA32_LBR_DEPTH), depth);  /* reset value: the deepest */
     ASSERT_EQ(rdmsr(IA32_LBR_CTL), 0);
