@@ -17,8 +17,8 @@ bash "$top/scripts/linux-guest/build.sh" "$guest" >/dev/null || { echo "newest_p
 (cd "$files" && gzip -dc <"$guest/initramfs.cpio.gz" 2>/dev/null | cpio -i --quiet -d usr/local/bin/calls)
 [ -f "$files/usr/local/bin/calls" ] || { echo "newest_pt.sh: no usr/local/bin/calls in $guest/initramfs.cpio.gz" >&2; exit 2; }
 python3 "$top/tests/linux/insn-table.py" "$files/usr/local/bin/calls" >"$files/calls.insns" || exit 2
-cp "$top/tests/linux/brstack.awk" "$files/"
-export LINUX_GUEST_FILES="$files/calls.insns $files/brstack.awk" LINUX_GUEST_NOBUILD=1
+cp "$top/tests/linux/brstack.awk" "$top/tests/linux/callstack.awk" "$files/"
+export LINUX_GUEST_FILES="$files/calls.insns $files/brstack.awk $files/callstack.awk" LINUX_GUEST_NOBUILD=1
 cat >"$script" <<'GUEST'
 # The kernel sees the new capabilities (arch/x86/events/intel/pt.c caps).
 cat /sys/bus/event_source/devices/intel_pt/caps/power_event_trace /sys/bus/event_source/devices/intel_pt/caps/event_trace /sys/bus/event_source/devices/intel_pt/caps/tnt_disable
@@ -54,5 +54,12 @@ with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vector
 with_irqs lbr perf record -q --sample-cpu -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b (Arch LBR): $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
 perf script --ns -i lbr.data -F cpu,time,brstack 2>/dev/null | awk -v depth=32 -v irqs=lbr.irqs -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 perf script -i lbr.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200
+# Call-stack mode: perf record --call-graph lbr programs IA32_LBR_CTL.CALL_STACK with near calls
+# and returns (USR); every entry of every stack is a CALL of the workload still open at the
+# sample, each call site at most once per stack (callstack.awk: a RET that did not pop would
+# leave main's call of pttrace_target in the stack once per loop iteration).
+perf record -q --call-graph lbr -e instructions:u -c 10007 -o cs.data calls 100000 >/dev/null; ns=$(perf script -i cs.data -F brstack 2>/dev/null | wc -l); echo "perf record --call-graph lbr: $ns samples (expected $((ni / 10007)))"; test "$ns" = "$((ni / 10007))"
+perf script -i cs.data -F brstack 2>/dev/null | awk -f /pttrace/files/callstack.awk /pttrace/files/calls.insns -
+perf script -i cs.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200; perf report -i cs.data --stdio -G 2>/dev/null | grep -m3 -E 'pttrace_target|main'
 GUEST
 LINUX_GUEST_TIMEOUT=${LINUX_GUEST_TIMEOUT:-600} bash "$top/scripts/linux-guest/run.sh" "$script" -plugin "$plugin,profile=sapphirerapids" "$@"
