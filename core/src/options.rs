@@ -381,7 +381,8 @@ pub struct SystemOptions {
 
 pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
   profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default, CPUID 06_5EH), minimal;
-                    sapphirerapids: CPUID 06_8FH with the newer PT features (README \"Newest parts\");
+                    sapphirerapids: CPUID 06_8FH with the newer PT features (README \"Newest parts\")
+                    and architectural LBR (README \"Architectural LBR\");
                     icelake: CPUID 06_7EH, perfmon v5, adaptive PEBS with pebs=1 (README \"Icelake profile\");
                     silvermont: Atom RTIT (seed 002) instead of Intel PT, CPUID family/model 06_4DH
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
