@@ -40,11 +40,13 @@ test-corpus: all qemu
 
 test: test-unit test-corpus test-linux
 
-# A stock Debian Linux guest running perf with the emulated Intel PT (~5 minutes under TCG).
+# A stock Debian Linux guest running perf with the emulated Intel PT and perf's own shell tests
+# from linux-source-6.1 (~12-15 minutes under TCG).
 test-linux: all qemu
 	@bash tests/linux/checkers-selftest.sh
 	@bash tests/linux/perf_pt.sh
-	@bash tests/linux/newest_pt.sh
+	@bash tests/linux/perf_shell_tests.sh
+	@bash tests/linux/arch_lbr.sh
 	@bash tests/linux/icelake_pebs.sh
 
 # Cost against the same QEMU without a plugin (prints ratios; not a test).

@@ -31,7 +31,8 @@ use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::lbr::{BranchRecorder, LbrStack};
 use pttrace_core::pmu::{Pmu, PmuCaps, PmuProfile, Retired};
-use pttrace_core::pt::msr::{Fault, OutputMaskPtrs, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
+use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
+use pttrace_core::pt::enable::{self, EnableSite};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
@@ -1713,52 +1714,25 @@ impl Shared {
     /// Store the Intel PT bytes generated so far through the output unit (and the host copy).
     fn store_output(&self, v: &mut Vcpu) {
         v.held_blocks = 0;
-        let bytes = v.tracer.output();
-        let outcome = v.output.write(&mut PhysMem, bytes);
-        let written = outcome.written.min(bytes.len());
-        v.lost_after_stop += (bytes.len() - written) as u64;
-        if let Some(out) = &self.out {
-            out.send(FileKey::Pt(v.index + 1), bytes[..written].to_vec());
-        }
-        v.tracer.clear_output();
-        if outcome.pmi {
+        let (out, index) = (&self.out, v.index);
+        let mirror = |bytes: &[u8]| {
+            if let Some(out) = out {
+                out.send(FileKey::Pt(index + 1), bytes.to_vec());
+            }
+        };
+        let stored = enable::store_packets(&mut v.msrs, &mut v.tracer, &mut v.output, &mut PhysMem, mirror);
+        v.lost_after_stop += stored.lost as u64;
+        if stored.topa_pmi {
             self.raise_topa_pmi(v);
         }
-        if outcome.stopped {
-            v.msrs.status.set_stopped(true);
-            v.tracer.stop_without_packets();
-        }
-        if outcome.error.is_some() {
-            v.msrs.status.set_error(true);
+        if !stored.output_active {
             v.output_active = false;
-            v.tracer.stop_without_packets();
         }
     }
 
     /// IA32_RTIT_STATUS and the output pointers as hardware shows them right now.
     fn sync_status(&self, v: &mut Vcpu) {
-        // FilterEn/ContextEn/TriggerEn are evaluated while TraceEn = 1; with tracing off they
-        // keep their last values (0 after reset) and TriggerEn reads 0.
-        if v.tracer.trace_en() {
-            let (filter_en, context_en, trigger_en) = v.tracer.status_bits();
-            v.msrs.status.set_filter_en(filter_en);
-            v.msrs.status.set_context_en(context_en);
-            v.msrs.status.set_trigger_en(trigger_en);
-        } else {
-            v.msrs.status.set_trigger_en(false);
-        }
-        // TraceStop sets Stopped while tracing; once TraceEn is 0, software owns the bit.
-        if v.tracer.trace_en() && v.tracer.trace_stop_hit() {
-            v.msrs.status.set_stopped(true);
-        }
-        // PacketByteCnt counts while tracing; with TraceEn = 0 it holds what software wrote.
-        // Without configurable PSB (CPUID.(14H,0):EBX[1] = 0) the field is reserved and reads 0.
-        if v.tracer.trace_en() && self.opts.caps.psb_cyc {
-            v.msrs.status.set_packet_byte_cnt(v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32);
-        }
-        // The output unit owns the output pointers (WRMSRs to them are forwarded to it).
-        v.msrs.output_base = v.output.output_base();
-        v.msrs.output_mask_ptrs = OutputMaskPtrs::new(v.output.output_mask_ptrs());
+        v.msrs.read_back(&v.tracer, &v.output, &self.opts.caps);
     }
 
     /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] and a PMI through the
@@ -2015,42 +1989,19 @@ impl Shared {
             Err(Fault::Gp) => Self::raise_gp(v, rcx, rdx),
             Ok(WriteEffect::TraceEnabled) => {
                 Self::ensure_cs_base(v);
-                v.tracer.set_ip_base(self.ip_base(v.cs_base));
-                let ctx = current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode);
-                v.tracer.set_context(ctx);
-                v.tracer.reconfigure(self.trace_config(v));
-                if v.msrs.ctl.event_en() {
-                    // Event Trace: MODE.Exec carries RFLAGS.IF from the PSB+ on.
-                    v.tracer.set_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
-                }
-                // SDM Table 33-11, EBX[1] = 0: "a PSB is always generated" when TraceEn is set.
-                let restored = if self.opts.caps.psb_cyc { v.msrs.status.packet_byte_cnt() } else { 0 };
-                v.tracer.set_packet_byte_count(u64::from(restored));
-                // PSB and PMI preservation (CPUID.(14H,0):EBX[6], InjectPsbPmiOnEnable).
-                let (inject_psb, inject_pmi) = v.msrs.enable_injections();
-                if inject_psb {
-                    v.tracer.inject_psb_at_enable();
-                }
-                let ctl = v.msrs.ctl;
-                self.ctl_used.fetch_or(ctl.0, Ordering::Relaxed);
-                // With STATUS.Stopped or STATUS.Error already set, TriggerEn stays 0: no packets
-                // and no output until software clears them (SDM §33.2.7.2 ToPA errors, TraceStop).
-                let blocked = v.msrs.status.stopped() || v.msrs.status.error();
-                v.output_active = !blocked
-                    && match v.output.start(ctl.topa(), v.msrs.output_base, v.msrs.output_mask_ptrs.value(), &mut PhysMem) {
-                        Ok(()) => true,
-                        Err(_) => {
-                            v.msrs.status.set_error(true);
-                            false
-                        }
-                    };
-                v.tracer.write_ctl(ip, nlip, ctl);
-                if !v.output_active {
-                    v.tracer.stop_without_packets();
-                    v.tracer.take_output();
-                }
+                let site = EnableSite {
+                    ip,
+                    nlip,
+                    ctx: current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode),
+                    ip_base: self.ip_base(v.cs_base),
+                    rflags_if: v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0,
+                };
+                self.ctl_used.fetch_or(v.msrs.ctl.0, Ordering::Relaxed);
+                let cfg = self.trace_config(v);
+                let enabled = enable::trace_enabled(&mut v.msrs, &mut v.tracer, &mut v.output, &self.opts.caps, cfg, site, &mut PhysMem);
+                v.output_active = enabled.output_active;
                 self.drain(v);
-                if inject_pmi {
+                if enabled.topa_pmi {
                     // STATUS.PendTopaPMI at the enable: the ToPA PMI is pended anew.
                     self.raise_topa_pmi(v);
                 }
@@ -2058,16 +2009,10 @@ impl Shared {
             Ok(WriteEffect::TraceDisabled) => {
                 // Everything buffered reaches memory before the WRMSR completes, so the guest
                 // reads a complete stream and final pointers right after it.
-                v.tracer.write_ctl(ip, nlip, v.msrs.ctl);
-                v.msrs.trace_disabled(v.tracer.psb_due());
+                enable::trace_disabling(&mut v.msrs, &mut v.tracer, ip, nlip);
                 self.flush_output(v);
-                v.output.stop();
+                enable::trace_disabled_output(&mut v.msrs, &v.tracer, &mut v.output, &self.opts.caps);
                 v.output_active = false;
-                if self.opts.caps.psb_cyc {
-                    let count = v.tracer.packet_byte_count().min(u64::from(u32::MAX)) as u32;
-                    v.msrs.status.set_packet_byte_cnt(count);
-                }
-                self.sync_status(v);
             }
             Ok(WriteEffect::Plain) => {
                 match index {

@@ -10,7 +10,8 @@
 #
 # The script travels in a second, tiny cpio archive (/pttrace/cmd.sh) appended to the cached
 # initramfs; so do the files named in LINUX_GUEST_FILES (space-separated host paths, placed in
-# /pttrace/files/ under their base names).
+# /pttrace/files/ under their base names). LINUX_GUEST_OVERLAYS names further cpio.gz archives
+# (each padded to a multiple of 4 bytes, e.g. perf-tests.sh's) that go between the two.
 #
 # Environment:
 #   LINUX_GUEST_TIMEOUT   seconds before QEMU is killed (default 300)
@@ -18,6 +19,7 @@
 #   LINUX_GUEST_CPU       -cpu value (default max,vendor=GenuineIntel)
 #   LINUX_GUEST_SMP, LINUX_GUEST_MEM   -smp (default 2) and -m in MiB (default 1024)
 #   LINUX_GUEST_LOG       also keep the raw console log in this file
+#   LINUX_GUEST_OVERLAYS  extra initramfs archives (see above)
 #   LINUX_GUEST_NOBUILD=1 use the cached guest as it is (do not run build.sh first)
 #   PTTRACE_CACHE         cache root (guest in $PTTRACE_CACHE/linux-guest); QEMU  qemu-system-x86_64 to use
 set -uo pipefail
@@ -45,7 +47,11 @@ done
 # The kernel unpacks concatenated archives; the base one is padded to 4 bytes by build.sh.
 (cd "$tmp/extra" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet | gzip -1) \
   >"$tmp/cmd.cpio.gz" || exit 2
-cat "$guest/initramfs.cpio.gz" "$tmp/cmd.cpio.gz" >"$tmp/initrd.img"
+for o in ${LINUX_GUEST_OVERLAYS:-}; do
+  [ -f "$o" ] && [ $(( $(stat -c %s "$o") % 4 )) -eq 0 ] || { echo "run.sh: overlay $o missing or not padded to 4 bytes" >&2; exit 2; }
+done
+# shellcheck disable=SC2086
+cat "$guest/initramfs.cpio.gz" ${LINUX_GUEST_OVERLAYS:-} "$tmp/cmd.cpio.gz" >"$tmp/initrd.img"
 
 log=${LINUX_GUEST_LOG:-$tmp/console.log}
 start=$(date +%s.%N)

@@ -91,4 +91,19 @@ echo "$(addr main 0x2f)/$(addr pttrace_target 4)/P/-/-/0  $cs_libc/M/-/-/0" >"$t
 expect_cs fail "call stack with a wrong direct target"
 echo "$cs_main/M/-/-/0  $cs_libc/M/-/-/0" >"$tmp/in"
 expect_cs fail "call stack with a direct call flagged mispredicted"
+# perf-shell-results.awk (perf_shell_tests.sh): the console of a Skylake boot that ran perf's own
+# shell tests gives exactly the recorded results (data/perf-shell-skylake.results, checked by
+# hand against the console: per_thread and jitdump failed, the three newest-part sub-tests
+# skipped); a sub-test whose OK is gone fails, one that printed a SKIP line is a skip, not a pass.
+expect_results() {  # NAME CONSOLE EXPECTED
+    out=$(awk -f "$top/tests/linux/perf-shell-results.awk" "$2" | diff "$3" - 2>&1); rc=$?
+    if [ $rc = 0 ]; then echo "ok   $1"; else echo "FAIL $1: $out"; fails=$((fails + 1)); fi
+}
+expect_results "perf shell tests: recorded Skylake console" "$d/perf-shell-skylake.console" "$d/perf-shell-skylake.results"
+awk '/^--- Test virtual LBR ---$/ { v = 1 } v && $0 == "OK" { v = 0; next } { print }' "$d/perf-shell-skylake.console" >"$tmp/nolbr.console"
+sed 's#^test_intel_pt/virtual_lbr pass$#test_intel_pt/virtual_lbr fail#' "$d/perf-shell-skylake.results" >"$tmp/nolbr.results"
+expect_results "perf shell tests: virtual_lbr without its OK is a fail" "$tmp/nolbr.console" "$tmp/nolbr.results"
+awk '/^--- Test with kernel trace ---$/ { print; print "SKIP: no kernel tracing"; next } { print }' "$d/perf-shell-skylake.console" >"$tmp/skip.console"
+sed 's#^test_intel_pt/kernel_trace pass$#test_intel_pt/kernel_trace skip#' "$d/perf-shell-skylake.results" >"$tmp/skip.results"
+expect_results "perf shell tests: a SKIP line makes kernel_trace a skip despite its OK" "$tmp/skip.console" "$tmp/skip.results"
 [ $fails = 0 ] && echo "checkers-selftest.sh: all cases as expected" || { echo "checkers-selftest.sh: $fails case(s) wrong"; exit 1; }
