@@ -46,6 +46,7 @@ test-linux: all qemu
 	@bash tests/linux/checkers-selftest.sh
 	@bash tests/linux/perf_pt.sh
 	@bash tests/linux/perf_shell_tests.sh
+	@bash tests/linux/arch_lbr.sh
 	@bash tests/linux/icelake_pebs.sh
 
 # Cost against the same QEMU without a plugin (prints ratios; not a test).

@@ -3,6 +3,7 @@
 //! replace or amend what it returned. The plugin only reads the four registers after the
 //! instruction and writes back the ones that changed.
 
+use crate::arch_lbr::ArchLbrCaps;
 use crate::pmu::PmuCaps;
 use crate::pt::caps::{CpuSignature, PtCaps};
 
@@ -20,6 +21,8 @@ pub struct CpuidProfile {
     /// Atom RTIT (seed 002) instead of Intel PT: Silvermont 06_4DH, no leaf 14H.
     pub rtit: bool,
     pub pmu: PmuCaps,
+    /// Architectural LBRs (`profile=sapphirerapids`): CPUID.(7,0):EDX[19] and leaf 1CH.
+    pub arch_lbr: Option<ArchLbrCaps>,
 }
 
 /// What one CPU remembers between CPUID executions: QEMU's own CPUID.0:EAX, from the last
@@ -42,9 +45,15 @@ const ECX: usize = 2;
 const EDX: usize = 3;
 
 impl CpuidProfile {
-    /// CPUID.0:EAX must reach leaf 14H (and 15H for the MTC clock ratio).
+    /// CPUID.0:EAX must reach leaf 14H (and 15H for the MTC clock ratio, 1CH for Arch LBR).
     pub fn max_leaf(&self) -> u32 {
-        if self.caps.mtc { 0x15 } else { 0x14 }
+        if self.arch_lbr.is_some() {
+            0x1C
+        } else if self.caps.mtc {
+            0x15
+        } else {
+            0x14
+        }
     }
 
     /// {EAX, EBX, ECX, EDX} of CPUID(`leaf`, `subleaf`) given what QEMU answered (`native`).
@@ -78,7 +87,7 @@ impl CpuidProfile {
             // Leaves QEMU does not implement that are now below the raised maximum: QEMU would
             // answer them with its highest leaf's values (Intel's out-of-range rule); they are
             // reserved and read as 0.
-            l if l > seen.max_leaf && l <= max_leaf && l != 0x14 && l != 0x15 && !self.rtit => r = [0; 4],
+            l if l > seen.max_leaf && l <= max_leaf && l != 0x14 && l != 0x15 && l != 0x1C && !self.rtit => r = [0; 4],
             1 if self.bts || self.rtit => {
                 if self.rtit {
                     // RTIT is not enumerated by CPUID: software recognises the part by its
@@ -100,6 +109,16 @@ impl CpuidProfile {
                 // CPUID.(7,0):ECX[16] LA57: a Skylake-class part has no 5-level paging, and with
                 // it the RTIT address MSRs would have to accept 57-bit canonical addresses.
                 r[ECX] &= !(1 << 16);
+                if self.arch_lbr.is_some() {
+                    // CPUID.(7,0):EDX[19] Arch_LBR (SDM Vol. 3B §18.1).
+                    r[EDX] |= 1 << 19;
+                }
+            }
+            // CPUID.1CH: the Arch LBR capabilities (depths, filters, INFO fields).
+            0x1C => {
+                if let Some(a) = self.arch_lbr {
+                    r = a.cpuid_1c();
+                }
             }
             // CPUID.15H: TSC/"core crystal clock" ratio EBX/EAX = ART_RATIO/1 (the ART behind MTC
             // and TMA). ECX (crystal Hz) stays 0 as on client parts. All four registers: QEMU
@@ -130,7 +149,8 @@ mod tests {
 
     fn profile(name: &str) -> CpuidProfile {
         let (caps, signature) = PtCaps::profile(name).unwrap();
-        CpuidProfile { caps, signature, bts: true, dtes64: true, rtit: false, pmu: PmuCaps::SKYLAKE }
+        let arch_lbr = (name == "sapphirerapids").then_some(ArchLbrCaps::SAPPHIRE_RAPIDS);
+        CpuidProfile { caps, signature, bts: true, dtes64: true, rtit: false, pmu: PmuCaps::SKYLAKE, arch_lbr }
     }
 
     fn silvermont() -> CpuidProfile {
@@ -193,6 +213,34 @@ mod tests {
         assert_eq!(r[0], 0x0008_06F8);
         assert_eq!(r[2] & (1 << 3), 0);
         assert_eq!(p.answer(0x14, 0, [0; 4], &mut NativeLeaves::default()), [1, 0x1EF, 7, 0]);
+    }
+
+    #[test]
+    fn sapphire_rapids_enumerates_arch_lbr_in_leaf_7_and_1ch_and_raises_the_maximum_to_1ch() {
+        let p = profile("sapphirerapids");
+        let mut seen = NativeLeaves::default();
+        assert_eq!(p.answer(0, 0, QEMU_LEAF0, &mut seen)[0], 0x1C);
+        assert_eq!(p.answer(7, 0, [0; 4], &mut seen), [0, 1 << 25, 0, 1 << 19]);
+        assert_eq!(p.answer(0x1C, 0, [7, 8, 9, 10], &mut seen), [0x8000_000F, 7, 5, 0]);
+        // The leaves between QEMU's maximum and 1CH read as reserved zeros.
+        assert_eq!(p.answer(0x1B, 0, [7, 8, 9, 10], &mut seen), [0; 4]);
+        // A QEMU whose maximum is above 1CH: its leaf 1CH is replaced, the maximum kept.
+        let mut seen = NativeLeaves::default();
+        assert_eq!(p.answer(0, 0, [0x1F, 0, 0, 0], &mut seen)[0], 0x1F);
+        assert_eq!(p.answer(0x1C, 0, [0; 4], &mut seen), ArchLbrCaps::SAPPHIRE_RAPIDS.cpuid_1c());
+    }
+
+    #[test]
+    fn profiles_without_arch_lbr_keep_leaf_7_edx_and_leaf_1ch() {
+        for name in ["skylake", "minimal", "icelake"] {
+            let p = profile(name);
+            let mut seen = NativeLeaves::default();
+            assert!(p.answer(0, 0, QEMU_LEAF0, &mut seen)[0] <= 0x15);
+            assert_eq!(p.answer(7, 0, [0, 0, 0, 0x55], &mut seen)[3], 0x55, "{name}");
+        }
+        let mut seen = NativeLeaves::default();
+        profile("skylake").answer(0, 0, [0x1F, 0, 0, 0], &mut seen);
+        assert_eq!(profile("skylake").answer(0x1C, 0, [7, 8, 9, 10], &mut seen), [7, 8, 9, 10]);
     }
 
     #[test]

@@ -58,6 +58,20 @@ impl LbrSelect {
     }
 }
 
+/// A last-branch-record unit the retirement events feed: the model-specific stack
+/// ([`LbrStack`]) or architectural LBRs (`crate::arch_lbr::ArchLbr`).
+pub trait BranchRecorder {
+    /// A taken transfer `from` -> `to` of class `kind` (None: interrupt or exception) ending at
+    /// privilege `cpl` retired while recording.
+    fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool);
+}
+
+impl BranchRecorder for LbrStack {
+    fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool) {
+        LbrStack::record(self, kind, from, to, cpl, mispredicted)
+    }
+}
+
 /// The LBR stack of one logical processor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LbrStack {

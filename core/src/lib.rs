@@ -20,6 +20,7 @@ pub mod system_flow;
 pub mod pmu;
 pub mod bts;
 pub mod lbr;
+pub mod arch_lbr;
 /// The lock around one vCPU's model state in the plugin (its own thread at every block, another
 /// only at exit).
 pub mod vcpu_cell;

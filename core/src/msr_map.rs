@@ -4,6 +4,7 @@
 //! other one is left to QEMU.
 
 use crate::bts::BranchTraceStore;
+use crate::arch_lbr::ArchLbr;
 use crate::lbr::LbrStack;
 use crate::pmu::{Pmu, MSR_PEBS_DATA_CFG};
 use crate::pt::caps::PtCaps;
@@ -18,6 +19,11 @@ pub enum MsrUnit {
     Pmu,
     /// The model-specific LBR stack (MSR_LBR_SELECT, TOS, FROM/TO/INFO).
     Lbr,
+    /// Architectural LBRs (IA32_LBR_CTL/DEPTH, IA32_LBR_x_FROM_IP/TO_IP/INFO).
+    ArchLbr,
+    /// A model-specific LBR MSR on a part with Arch LBR (PERF_CAPABILITIES enumerates no
+    /// model-specific stack and SDM Vol. 4 lists none for 06_8FH): #GP(0).
+    LbrAbsent,
     /// The Debug Store: IA32_DEBUGCTL and IA32_DS_AREA (`bts=1`).
     DebugStore,
     /// An IA32_RTIT_* index on a part without Intel PT (`profile=silvermont`): #GP(0).
@@ -41,6 +47,8 @@ pub struct MsrMap {
     /// MSR_PEBS_DATA_CFG (3F2H) is the PMU's (the Ice Lake PMU, adaptive PEBS); with the other
     /// profiles it stays QEMU's.
     pub pebs_data_cfg: bool,
+    /// Architectural LBRs instead of the model-specific stack (`profile=sapphirerapids`).
+    pub arch_lbr: bool,
 }
 
 impl MsrMap {
@@ -51,6 +59,10 @@ impl MsrMap {
         let pt_index = RtitMsrs::owns(index, &self.caps) || is_rtit_index(index);
         if Pmu::owns(index) && (index != MSR_PEBS_DATA_CFG || self.pebs_data_cfg) {
             MsrUnit::Pmu
+        } else if self.arch_lbr && ArchLbr::owns(index) {
+            MsrUnit::ArchLbr
+        } else if self.arch_lbr && LbrStack::owns(index) {
+            MsrUnit::LbrAbsent
         } else if !self.rtit && LbrStack::owns(index) {
             MsrUnit::Lbr
         } else if self.bts && BranchTraceStore::owns(index) {
@@ -76,6 +88,7 @@ impl MsrMap {
 pub struct MsrUnits<'a> {
     pub pmu: &'a Pmu,
     pub lbr: &'a LbrStack,
+    pub arch_lbr: &'a ArchLbr,
     pub bts: &'a BranchTraceStore,
     pub rtit: Option<&'a RtitTracer>,
     pub pt: &'a RtitMsrs,
@@ -87,6 +100,8 @@ impl MsrUnits<'_> {
         match map.unit(index) {
             MsrUnit::Pmu => self.pmu.read(index),
             MsrUnit::Lbr => self.lbr.read(index),
+            MsrUnit::ArchLbr => self.arch_lbr.read(index),
+            MsrUnit::LbrAbsent => Err(Fault::Gp),
             MsrUnit::DebugStore => self.bts.read_msr(index).ok_or(Fault::Gp),
             MsrUnit::PtAbsent => Err(Fault::Gp),
             MsrUnit::Rtit => match self.rtit {
@@ -114,11 +129,11 @@ mod tests {
     const IA32_APIC_BASE: u32 = 0x1B;
 
     fn skylake() -> MsrMap {
-        MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true, pebs_data_cfg: false }
+        MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true, pebs_data_cfg: false, arch_lbr: false }
     }
 
     fn silvermont() -> MsrMap {
-        MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false }
+        MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false, arch_lbr: false }
     }
 
     #[test]
@@ -148,18 +163,34 @@ mod tests {
     }
 
     #[test]
+    fn arch_lbr_part_answers_the_arch_lbr_msrs_and_faults_the_model_specific_ones() {
+        let m = MsrMap { arch_lbr: true, ..skylake() };
+        assert_eq!(m.unit(crate::arch_lbr::IA32_LBR_CTL), MsrUnit::ArchLbr);
+        assert_eq!(m.unit(crate::arch_lbr::IA32_LBR_0_INFO + 31), MsrUnit::ArchLbr);
+        assert_eq!(m.unit(crate::arch_lbr::IA32_LBR_0_TO_IP + 63), MsrUnit::ArchLbr);
+        assert_eq!(m.unit(MSR_LBR_TOS), MsrUnit::LbrAbsent);
+        assert_eq!(m.unit(MSR_LASTBRANCH_31_TO_IP), MsrUnit::LbrAbsent);
+        assert_eq!(m.unit(IA32_DEBUGCTL), MsrUnit::DebugStore);
+        assert_eq!(skylake().unit(crate::arch_lbr::IA32_LBR_CTL), MsrUnit::Qemu, "no Arch LBR on Skylake");
+    }
+
+    #[test]
     fn rdmsr_reads_each_unit_and_faults_where_the_part_has_no_such_msr() {
         let pmu = Pmu::new(PmuCaps::SKYLAKE);
         let lbr = LbrStack::default();
         let mut bts = BranchTraceStore::new(true);
         bts.write_msr(IA32_DS_AREA, 0x1234_5000).unwrap();
         let pt = RtitMsrs::default();
-        let units = MsrUnits { pmu: &pmu, lbr: &lbr, bts: &bts, rtit: None, pt: &pt };
+        let arch = ArchLbr::new(crate::arch_lbr::ArchLbrCaps::SAPPHIRE_RAPIDS);
+        let units = MsrUnits { pmu: &pmu, lbr: &lbr, arch_lbr: &arch, bts: &bts, rtit: None, pt: &pt };
         assert_eq!(units.rdmsr(&skylake(), IA32_DS_AREA), Ok(0x1234_5000));
         assert_eq!(units.rdmsr(&skylake(), IA32_RTIT_CTL), Ok(0));
         assert_eq!(units.rdmsr(&skylake(), IA32_RTIT_ADDR3_B), Err(Fault::Gp), "Skylake has 2 ranges");
         assert_eq!(units.rdmsr(&skylake(), MSR_LBR_TOS), Ok(0));
         assert_eq!(units.rdmsr(&silvermont(), IA32_RTIT_CTL), Err(Fault::Gp));
         assert_eq!(units.rdmsr(&silvermont(), RTIT_CTL_ATOM), Err(Fault::Gp), "no RTIT unit");
+        let spr = MsrMap { arch_lbr: true, ..skylake() };
+        assert_eq!(units.rdmsr(&spr, crate::arch_lbr::IA32_LBR_DEPTH), Ok(32));
+        assert_eq!(units.rdmsr(&spr, MSR_LBR_TOS), Err(Fault::Gp));
     }
 }

@@ -366,6 +366,9 @@ pub struct SystemOptions {
     /// The PMU of the profile (Ice Lake's with `profile=icelake`, Nehalem's with
     /// `profile=nehalem`, Skylake's otherwise).
     pub pmu: crate::pmu::PmuProfile,
+    /// Architectural LBRs (`profile=sapphirerapids`, `crate::arch_lbr`) instead of the
+    /// model-specific LBR stack.
+    pub arch_lbr: bool,
     /// Atom RTIT instead of Intel PT (`profile=silvermont`): CPUID family/model 06_4DH, no PT
     /// enumeration, the RTIT MSRs 760H-77DH (seed 002).
     pub rtit: bool,
@@ -379,7 +382,8 @@ pub struct SystemOptions {
 
 pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma separated, key=value):
   profile=NAME      capability profile seen through CPUID leaf 14H: skylake (default, CPUID 06_5EH), minimal;
-                    sapphirerapids: CPUID 06_8FH with the newer PT features (README \"Newest parts\");
+                    sapphirerapids: CPUID 06_8FH with the newer PT features (README \"Newest parts\")
+                    and architectural LBR (README \"Architectural LBR\");
                     icelake: CPUID 06_7EH, perfmon v5, adaptive PEBS with pebs=1 (README \"Icelake profile\");
                     nehalem: CPUID 06_1AH, perfmon v3, the 176-byte PEBS record with pebs=1 (README \"Nehalem profile\");
                     silvermont: Atom RTIT (seed 002) instead of Intel PT, CPUID family/model 06_4DH
@@ -405,6 +409,7 @@ impl SystemOptions {
             dtes64: true,
             pebs: false,
             pmu: crate::pmu::PmuProfile::Skylake,
+            arch_lbr: false,
             rtit: false,
             buffer: None,
             errata: crate::rtit::errata::Errata::default(),
@@ -434,6 +439,7 @@ impl SystemOptions {
                         "nehalem" => crate::pmu::PmuProfile::Nehalem,
                         _ => crate::pmu::PmuProfile::Skylake,
                     };
+                    o.arch_lbr = v == "sapphirerapids";
                 }
                 "out" => {
                     if v.is_empty() || v == "on" {
@@ -538,6 +544,9 @@ mod tests {
         assert!(SystemOptions::parse(["profile=silvermont"]).unwrap().rtit);
         let spr = SystemOptions::parse(["profile=sapphirerapids"]).unwrap();
         assert_eq!(spr.caps, crate::pt::caps::PtCaps::SAPPHIRE_RAPIDS);
+        assert!(spr.arch_lbr);
+        assert!(!SystemOptions::parse(["profile=skylake"]).unwrap().arch_lbr);
+        assert!(!icl.arch_lbr);
         assert_eq!(spr.signature.map(|s| s.cpuid_01_eax()), Some(0x0008_06F8));
         let skl = Some(crate::pt::caps::SKYLAKE_SIGNATURE);
         assert_eq!(SystemOptions::parse(["profile=skylake"]).unwrap().signature, skl);

@@ -28,7 +28,8 @@ use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
 use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits};
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
-use pttrace_core::lbr::LbrStack;
+use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
+use pttrace_core::lbr::{BranchRecorder, LbrStack};
 use pttrace_core::pmu::{Pmu, PmuCaps, PmuProfile, Retired};
 use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
 use pttrace_core::pt::enable::{self, EnableSite};
@@ -94,9 +95,10 @@ struct Retire<'a> {
     /// The performance counters (told about retirements only while one counts; the caller
     /// asks `take_pmi` afterwards).
     pmu: &'a mut Pmu,
-    /// The LBR stack while it records (DEBUGCTL.LBR = 1 and not frozen); None from the moment
-    /// a retirement requests a PMI with FREEZE_LBRS_ON_PMI (`Pmu::lbr_freeze_requested`).
-    lbr: Option<&'a mut LbrStack>,
+    /// The LBR stack while it records (DEBUGCTL.LBR = 1, or IA32_LBR_CTL.LBREn = 1 with Arch
+    /// LBR, and not frozen); None from the moment a retirement requests a PMI with
+    /// FREEZE_LBRS_ON_PMI (`Pmu::lbr_freeze_requested`).
+    lbr: Option<&'a mut dyn BranchRecorder>,
     /// The instruction that just retired requested that freeze: its own branch record (which
     /// follows its retirement) is the last one.
     lbr_freeze_after: bool,
@@ -297,8 +299,10 @@ struct Vcpu {
     msrs: RtitMsrs,
     /// The counting PMU (CPUID.0AH, the counter MSRs, RDPMC).
     pmu: Pmu,
-    /// The Skylake-class LBR stack (not with `profile=silvermont`).
+    /// The Skylake-class LBR stack (not with `profile=silvermont` or `profile=sapphirerapids`).
     lbr: LbrStack,
+    /// Architectural LBRs (`profile=sapphirerapids`).
+    arch_lbr: ArchLbr,
     /// The instruction that triggered the due PEBS record (EventingIP).
     pebs_eventing: Option<u64>,
     /// PEBS records written, dropped at the absolute maximum, and aimed at memory that is not
@@ -828,12 +832,16 @@ impl Shared {
         }
     }
 
-    /// DEBUGCTL.LBR = 1 and the LBRs not frozen (GLOBAL_STATUS.LBR_Frz), on a part with LBRs.
+    /// DEBUGCTL.LBR = 1 (the model-specific stack) or IA32_LBR_CTL.LBREn = 1 (Arch LBR), and
+    /// the LBRs not frozen (GLOBAL_STATUS.LBR_Frz), on a part with LBRs.
     fn lbr_recording(&self, v: &Vcpu) -> bool {
-        !self.opts.rtit
-            && v.bts.debugctl().lbr()
-            && v.pmu.global_status() & pttrace_core::pmu::STATUS_LBR_FRZ == 0
-            && !v.pmu.lbr_freeze_requested()
+        let enabled = if self.opts.arch_lbr { v.arch_lbr.ctl().lbr_en() } else { !self.opts.rtit && v.bts.debugctl().lbr() };
+        enabled && v.pmu.global_status() & pttrace_core::pmu::STATUS_LBR_FRZ == 0 && !v.pmu.lbr_freeze_requested()
+    }
+
+    /// The LBR unit of the profile the retirement events feed.
+    fn lbr_unit<'a>(arch: bool, lbr: &'a mut LbrStack, arch_lbr: &'a mut ArchLbr) -> &'a mut dyn BranchRecorder {
+        if arch { arch_lbr } else { lbr }
     }
 
     fn vcpu_init(&self, vcpu: VCPUIndex) {
@@ -860,6 +868,7 @@ impl Shared {
             msrs: RtitMsrs::default(),
             pmu: Pmu::new(self.pmu_caps()),
             lbr: LbrStack::default(),
+            arch_lbr: ArchLbr::new(ArchLbrCaps::SAPPHIRE_RAPIDS),
             pmi_prearmed: false,
             pebs_eventing: None,
             pebs_stats: [0; 3],
@@ -1349,7 +1358,7 @@ impl Shared {
             bts: &mut v.bts,
             bts_pmi: false,
             pmu: &mut v.pmu,
-            lbr: lbr_on.then_some(&mut v.lbr),
+            lbr: lbr_on.then(|| Self::lbr_unit(self.opts.arch_lbr, &mut v.lbr, &mut v.arch_lbr)),
             lbr_freeze_after: false,
             pebs_eventing: &mut v.pebs_eventing,
         };
@@ -1494,6 +1503,9 @@ impl Shared {
     fn pmu_caps(&self) -> PmuCaps {
         if self.opts.rtit {
             PmuCaps::SILVERMONT
+        } else if self.opts.arch_lbr {
+            // IA32_PERF_CAPABILITIES[5:0] = 3FH: Arch LBR, no model-specific LBR format.
+            pttrace_core::arch_lbr::pmu_caps(self.opts.pmu.caps(self.opts.pebs))
         } else {
             self.opts.pmu.caps(self.opts.pebs)
         }
@@ -1798,6 +1810,7 @@ impl Shared {
             dtes64: self.opts.dtes64,
             rtit: self.opts.rtit,
             pmu: v.pmu.caps(),
+            arch_lbr: self.opts.arch_lbr.then_some(ArchLbrCaps::SAPPHIRE_RAPIDS),
         };
         let answer = profile.answer(leaf, subleaf, native, &mut v.native_leaves);
         for ((name, new), old) in names.iter().zip(answer).zip(native) {
@@ -1886,12 +1899,12 @@ impl Shared {
 
     /// The MSR map of the profile (`pttrace_core::msr_map`).
     fn msr_map(&self) -> MsrMap {
-        MsrMap { caps: self.opts.caps, rtit: self.opts.rtit, bts: self.opts.bts, pebs_data_cfg: self.opts.pmu == PmuProfile::Icelake }
+        MsrMap { caps: self.opts.caps, rtit: self.opts.rtit, bts: self.opts.bts, pebs_data_cfg: self.opts.pmu == PmuProfile::Icelake, arch_lbr: self.opts.arch_lbr }
     }
 
     /// RDMSR of an owned MSR: its value, or the #GP(0) hardware raises.
     fn read_msr(&self, v: &Vcpu, index: u32) -> Result<u64, Fault> {
-        let units = MsrUnits { pmu: &v.pmu, lbr: &v.lbr, bts: &v.bts, rtit: v.rtit.as_ref(), pt: &v.msrs };
+        let units = MsrUnits { pmu: &v.pmu, lbr: &v.lbr, arch_lbr: &v.arch_lbr, bts: &v.bts, rtit: v.rtit.as_ref(), pt: &v.msrs };
         units.rdmsr(&self.msr_map(), index)
     }
 
@@ -1933,7 +1946,17 @@ impl Shared {
             }
             return;
         }
-        if unit == MsrUnit::PtAbsent {
+        if unit == MsrUnit::ArchLbr {
+            if v.arch_lbr.write(index, value).is_err() {
+                Self::raise_gp(v, rcx, rdx);
+            } else if self.lbr_recording(v) && !v.tracer.trace_en() {
+                // The CPL the LBRs filter on is tracked by the retirement events; bring it up
+                // to date when recording starts.
+                v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
+            }
+            return;
+        }
+        if unit == MsrUnit::PtAbsent || unit == MsrUnit::LbrAbsent {
             Self::raise_gp(v, rcx, rdx);
             return;
         }
@@ -2187,7 +2210,7 @@ impl Shared {
                 bts: &mut v.bts,
                 bts_pmi: false,
                 pmu: &mut v.pmu,
-                lbr: lbr_on.then_some(&mut v.lbr),
+                lbr: lbr_on.then(|| Self::lbr_unit(sh.opts.arch_lbr, &mut v.lbr, &mut v.arch_lbr)),
                 lbr_freeze_after: false,
                 pebs_eventing: &mut v.pebs_eventing,
             };

@@ -5,6 +5,8 @@
 #   `calls` whose stack Linux shortened to 31 entries (an interrupt fell among its last 32
 #   branches; README "LBR") is accepted only with an interrupt on the sample's CPU since the
 #   previous sample; a wrong target is rejected. Needs the cached Linux guest (the binary).
+# - tests/linux/callstack.awk (Arch LBR call-stack mode): a recorded stack passes, a RET entry,
+#   a repeated call site, a wrong target or flag fail.
 # - tests/linux/pt-gaps.awk: the decode errors of two -m,8 recordings that lost data (README
 #   "Intel PT under Linux"): errors at truncations pass; one moved away from any truncation,
 #   five at one truncation, or gaps without truncated records fail.
@@ -60,6 +62,35 @@ sed 's/^\( instruction trace error type 1 time 75.194789164 .*\)$/\1\n\1\n\1\n\1
 expect_gaps fail "run 7 with 5 errors at one truncation" "$tmp/run7.aux" "$tmp/five.err"
 sed 's/flags: 0x1 \[T\]/flags: 0 []/' "$tmp/run7.aux" >"$tmp/untrunc.aux"
 expect_gaps fail "run 7's gaps without truncated AUX records" "$tmp/untrunc.aux" "$d/pt-gaps-run7.err"
+# callstack.awk: a call-stack-mode stack (`perf record --call-graph lbr` on Arch LBR, README
+# "Architectural LBR"), as `perf script -F brstacksym` printed it in one run, resolved against
+# the binary's symbols: it passes; a RET among the calls, a call site twice (a RET that did not
+# pop), a wrong direct target and a wrong MISPRED flag fail.
+addr() { printf '0x%x' $((16#$(nm "$tmp/usr/local/bin/calls" | awk -v s="$1" '$3 == s { print $1; exit }') + $2)); }
+cs_main=$(addr main 0x2f)/$(addr pttrace_target 0)
+cs_libc=$(addr __libc_start_call_main 0x62)/$(addr main 0)
+cs_impl=$(addr __libc_start_main_impl 0x89b)/$(addr __libc_start_call_main 0)
+cs_start=$(addr _start 0x1b)/$(addr __libc_start_main_impl 0)
+expect_cs() {
+    local want=$1 name=$2
+    out=$(awk -f "$top/tests/linux/callstack.awk" "$tmp/calls.insns" - <"$tmp/in" 2>&1); rc=$?
+    if { [ "$want" = pass ] && [ $rc = 0 ]; } || { [ "$want" = fail ] && [ $rc != 0 ]; }; then
+        echo "ok   $name"
+    else
+        echo "FAIL $name (exit $rc): $out"; fails=$((fails + 1))
+    fi
+}
+echo "$cs_main/P/-/-/0  $cs_libc/M/-/-/0  $cs_impl/P/-/-/0  $cs_start/P/-/-/0" >"$tmp/in"
+expect_cs pass "call stack: main -> pttrace_target under libc's calls"
+ret=$(awk '$2 == "R" { print $1; exit }' "$tmp/calls.insns")
+echo "0x$ret/$(addr main 0x34)/P/-/-/0  $cs_libc/M/-/-/0  $cs_impl/P/-/-/0  $cs_start/P/-/-/0" >"$tmp/in"
+expect_cs fail "call stack with a RET entry"
+echo "$cs_main/P/-/-/0  $cs_main/P/-/-/0  $cs_libc/M/-/-/0  $cs_impl/P/-/-/0  $cs_start/P/-/-/0" >"$tmp/in"
+expect_cs fail "call stack with a call site twice"
+echo "$(addr main 0x2f)/$(addr pttrace_target 4)/P/-/-/0  $cs_libc/M/-/-/0" >"$tmp/in"
+expect_cs fail "call stack with a wrong direct target"
+echo "$cs_main/M/-/-/0  $cs_libc/M/-/-/0" >"$tmp/in"
+expect_cs fail "call stack with a direct call flagged mispredicted"
 # perf-shell-results.awk (perf_shell_tests.sh): the console of a Skylake boot that ran perf's own
 # shell tests gives exactly the recorded results (data/perf-shell-skylake.results, checked by
 # hand against the console: per_thread and jitdump failed, the three newest-part sub-tests
