@@ -6,6 +6,8 @@
 #   PTTRACE_RECORD=0     the model runs at every block as it executes (the reference path)
 #   PTTRACE_ENCODER=1    recording + encoder thread
 #   PTTRACE_ENCODER=0    recording, the vCPU runs its recorded blocks itself (the default)
+#   PTTRACE_LIGHT=0      every block instrumented from the start (the default starts with light
+#                        instrumentation and flushes the translations when tracing is enabled)
 # and its streams (thread-*.pt, the host copy of every byte) must be byte-identical.
 # Skipped: guests whose streams differ from run to run on their own (a LAPIC timer interrupt
 # lands at a point that depends on host time: t_pt_transfers, t_pt_smp, t_stress_smp) and guests
@@ -26,7 +28,7 @@ for elf in "$bin"/t_pt_*.elf "$bin"/t_m32_*pt*.elf "$bin"/t_hostile_mmio.elf "$b
   extra=$(sed -n 's|^// pttrace-options: *||p' "$src" 2>/dev/null | head -1)
   qx=$(sed -n 's|^// qemu-options: *||p' "$src" 2>/dev/null | head -1)
   sums=()
-  for mode in PTTRACE_RECORD=0 PTTRACE_ENCODER=1 PTTRACE_ENCODER=0; do
+  for mode in PTTRACE_RECORD=0 PTTRACE_ENCODER=1 PTTRACE_ENCODER=0 PTTRACE_LIGHT=0; do
     d=$tmp/$name.${mode//=/}
     # shellcheck disable=SC2086
     env $mode GUEST_TIMEOUT=120 bash "$top/tests/guest/run.sh" "$elf" $qx \
@@ -36,10 +38,10 @@ for elf in "$bin"/t_pt_*.elf "$bin"/t_m32_*pt*.elf "$bin"/t_hostile_mmio.elf "$b
   size=${sums[0]#*/}
   [ "$size" = 0 ] && continue
   n=$((n + 1)) bytes=$((bytes + size))
-  if [ "${sums[0]}" != "${sums[1]}" ] || [ "${sums[0]}" != "${sums[2]}" ]; then
-    echo "FAIL $name: streams differ: model at every block ${sums[0]}, recorded + encoder ${sums[1]}, recorded on the vCPU ${sums[2]} (md5/bytes)"
+  if [ "${sums[0]}" != "${sums[1]}" ] || [ "${sums[0]}" != "${sums[2]}" ] || [ "${sums[0]}" != "${sums[3]}" ]; then
+    echo "FAIL $name: streams differ: model at every block ${sums[0]}, recorded + encoder ${sums[1]}, recorded on the vCPU ${sums[2]}, instrumented from the start ${sums[3]} (md5/bytes)"
     fail=1
   fi
 done
-echo "recorded blocks: $n guests, $bytes trace bytes each, identical with the model at every block, with the encoder thread and on the vCPU; result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+echo "recorded blocks: $n guests, $bytes trace bytes each, identical with the model at every block, with the encoder thread, on the vCPU and with every block instrumented from the start; result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail

@@ -10,6 +10,7 @@
 mod fatal_signal;
 mod glib;
 mod guest;
+mod instrumentation;
 mod output;
 mod regs;
 mod system;
@@ -100,11 +101,11 @@ impl Register for PtTrace {
     /// The callbacks without the crate's global lock (see `HasCallbacks for PtTrace`).
     fn register_default(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
         SYSTEM_MODE.store(info.system.is_some(), Ordering::Relaxed);
-        qemu_plugin::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init))?;
-        qemu_plugin::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit))?;
-        qemu_plugin::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_translation_block_translate))?;
-        qemu_plugin::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
-        qemu_plugin::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_return));
+        register_common_callbacks(id)?;
+        if info.system.is_none() {
+            qemu_plugin::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
+            qemu_plugin::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_return));
+        }
         self.register(id, args, info)
     }
 
@@ -127,6 +128,23 @@ impl Register for PtTrace {
     }
 }
 
+/// The callbacks both modes register at install.
+fn register_common_callbacks(id: PluginId) -> qemu_plugin::Result<()> {
+    qemu_plugin::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init))?;
+    qemu_plugin::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit))?;
+    qemu_plugin::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_translation_block_translate))?;
+    Ok(())
+}
+
+/// Full-system mode, after `qemu_plugin_reset` removed every callback
+/// (`instrumentation::on_reset`): the same callbacks as at install.
+pub(crate) fn register_system_callbacks(id: PluginId) {
+    if let Err(e) = register_common_callbacks(id) {
+        fail(&format!("cannot register callbacks again after a translation flush: {e}"));
+    }
+    system::register_callbacks(id);
+}
+
 /// Report a configuration error and stop QEMU with a non-zero status (a panic here would abort
 /// QEMU with a core dump instead of a message).
 pub(crate) fn fail(msg: &str) -> ! {
@@ -146,7 +164,7 @@ impl HasCallbacks for PtTrace {}
 static SYSTEM_CALLBACKS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 static SYSTEM_MODE: AtomicBool = AtomicBool::new(false);
 
-fn serialized() -> Option<parking_lot::MutexGuard<'static, ()>> {
+pub(crate) fn serialized() -> Option<parking_lot::MutexGuard<'static, ()>> {
     SYSTEM_MODE.load(Ordering::Relaxed).then(|| SYSTEM_CALLBACKS.lock())
 }
 

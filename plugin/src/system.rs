@@ -804,14 +804,16 @@ impl Shared {
     }
 
     /// Recompute whether this vCPU's blocks need the block callback (see `need_block_cb`).
-    fn refresh_block_cb(&self, v: &mut Vcpu) {
+    /// Returns whether the vCPU needs to see blocks for a feature (not only for a fix-up).
+    fn refresh_block_cb(&self, v: &mut Vcpu) -> bool {
         let p = &v.pending;
-        let needed = v.tracer.trace_en()
+        let sees_blocks = v.tracer.trace_en()
             || v.bts.active()
             || v.rtit.as_ref().is_some_and(|r| r.trigger_en())
             || v.truth.is_some()
             || v.pmu.active()
-            || self.lbr_recording(v)
+            || self.lbr_recording(v);
+        let needed = sees_blocks
             || p.cpuid.is_some()
             || p.rdmsr.is_some()
             || p.misc_enable
@@ -830,6 +832,7 @@ impl Shared {
             v.block_cb_flag = Some(needed);
             self.need_block_cb.set(v.index, u64::from(needed));
         }
+        sees_blocks
     }
 
     /// DEBUGCTL.LBR = 1 (the model-specific stack) or IA32_LBR_CTL.LBREn = 1 (Arch LBR), and
@@ -1088,8 +1091,16 @@ impl Shared {
         let bitness = 64;
         // A plain C function with the block's record as user data: no boxed closure per block.
         let udata = info as *const BlockInfo as *mut std::ffi::c_void;
+        // Light instrumentation (`crate::instrumentation`): most blocks carry nothing until a
+        // vCPU first needs to see blocks.
+        let levels = &crate::instrumentation::INSTRUMENTATION;
+        let block_cb = levels.block_cb(pc, has_wrmsr);
+        let full = levels.full();
+        if matches!(system_op(last_bytes, bitness), Some(SystemOp::Cpuid | SystemOp::Rdmsr | SystemOp::Rdtsc)) {
+            levels.fixup_successor(last_ip.wrapping_add(last_bytes.len() as u64));
+        }
         // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
-        unsafe {
+        if block_cb { unsafe {
             if has_wrmsr {
                 // A WRMSR may start tracing in the middle of this block: the flow must know the
                 // block whatever the flag says.
@@ -1110,7 +1121,7 @@ impl Shared {
                     udata,
                 );
             }
-        }
+        } }
         let count_insns = self.icount_shift.is_some()
             || host_tsc().is_none()
             || matches!(self.opts.buffer.map(|b| b.drain), Some(pttrace_core::pt::buffer_spec::DrainSpec::PerInstructions { .. }));
@@ -1124,7 +1135,7 @@ impl Shared {
                 insns.len() as u64,
             );
         }
-        if let Some(last) = tb.instructions().last() {
+        if let Some(last) = tb.instructions().last().filter(|_| block_cb) {
             qemu_plugin::qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
                 last,
                 qemu_plugin::sys::qemu_plugin_op::QEMU_PLUGIN_INLINE_STORE_U64,
@@ -1148,6 +1159,13 @@ impl Shared {
                     CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
                 );
             }
+            if may_change_mode(&insns[i].1) && op != Some(SystemOp::Wrmsr) {
+                // MOV to CR0, LMSW, RSM may leave IA-32e mode: full instrumentation first.
+                insn.register_execute_callback(move |vcpu| {
+                    let _s = crate::serialized();
+                    crate::instrumentation::INSTRUMENTATION.may_leave_ia32e(vcpu);
+                });
+            }
             // Results of the previous instruction's CPUID/RDMSR are patched before this one runs.
             let prev_needs_fixup = i > 0
                 && matches!(system_op(&insns[i - 1].1, bitness), Some(SystemOp::Cpuid | SystemOp::Rdmsr | SystemOp::Rdtsc));
@@ -1161,7 +1179,7 @@ impl Shared {
                     CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
                 );
             }
-            if i > 0 && self.opts.pebs {
+            if i > 0 && self.opts.pebs && full {
                 // PEBS: registered after the fix-ups above, so the registers it records are the
                 // ones the guest sees. Runs only while `pebs_step` is set (see `arm_pebs_steps`).
                 // SAFETY: `tb` is the translation being instrumented; index i exists.
@@ -1825,7 +1843,10 @@ impl Shared {
         v.mode_regs = None;
         self.before_op_inner(v, op, ip, len, bytes);
         // A result to fix up (possibly in the next block) or a WRMSR that switched tracing.
-        self.refresh_block_cb(v);
+        let sees_blocks = self.refresh_block_cb(v);
+        // Whether the translations may be light (`crate::instrumentation`): IA32_EFER[10] LMA.
+        let ia32e = v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0;
+        crate::instrumentation::INSTRUMENTATION.observe(v.index, sees_blocks, ia32e);
     }
 
     fn before_op_inner(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
@@ -2239,6 +2260,7 @@ impl Shared {
     }
 
     fn at_exit(&self) {
+        crate::instrumentation::INSTRUMENTATION.report();
         for slot in self.vcpus.iter() {
             let mut guard = slot.lock();
             let Some(v) = guard.as_mut() else { continue };
@@ -2492,14 +2514,26 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
             fail(&format!("cannot start the encoder thread: {e}"));
         }
     }
-    // SAFETY: `discon` is a plain extern "C" function valid for the plugin's lifetime.
-    unsafe { qemu_plugin_register_vcpu_discon_cb(id, DISCON_INTERRUPT | DISCON_EXCEPTION, discon) };
-    qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {
-        if let Some(sh) = SHARED.get() {
-            guarded("exit", || sh.at_exit());
-        }
-    })?;
+    let truth = SHARED.get().is_some_and(|sh| sh.opts.truth);
+    crate::instrumentation::INSTRUMENTATION.start(id, truth);
+    register_callbacks(id);
     Ok(())
+}
+
+/// The full-system callbacks besides translation and vCPU init/exit (at install and after
+/// `qemu_plugin_reset`, `crate::instrumentation`).
+pub fn register_callbacks(id: PluginId) {
+    // SAFETY: plain extern "C" functions valid for the plugin's lifetime.
+    unsafe {
+        qemu_plugin_register_vcpu_discon_cb(id, DISCON_INTERRUPT | DISCON_EXCEPTION, discon);
+        qemu_plugin::sys::qemu_plugin_register_atexit_cb(id, Some(at_exit), std::ptr::null_mut());
+    }
+}
+
+extern "C" fn at_exit(_id: PluginId, _udata: *mut std::ffi::c_void) {
+    if let Some(sh) = SHARED.get() {
+        guarded("exit", || sh.at_exit());
+    }
 }
 
 /// The execute callback of every translated block (user data: its `BlockInfo`).
