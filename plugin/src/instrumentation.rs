@@ -12,13 +12,15 @@
 //! callback, as before.
 //!
 //! Full is required while a vCPU needs to see blocks (Intel PT TraceEn, BTS, RTIT, a counting
-//! PMU, LBRs, ground truth) and while a vCPU runs outside IA-32e mode: there the execution mode
-//! (CS.D, the cached CS base) is inferred from the blocks the model sees, and with every block
-//! instrumented it also sees the block after each CPUID/RDMSR/RDTSC (whose result it fixes up),
-//! which later decisions may rest on (the m32 guests' MODE.Exec showed it). In IA-32e mode the
-//! mode follows from CS.L/CS.D in the GDT; the record-identity test checks that light and full
-//! instrumentation produce the same bytes. A vCPU's state is observed at each system instruction
-//! (`observe`); an instruction that may leave IA-32e mode (MOV to CR0, LMSW, RSM) goes full first.
+//! PMU, LBRs, ground truth). With full instrumentation and no such feature, the model still sees
+//! the blocks that end in a WRMSR (instrumented either way) and the block after each CPUID, RDMSR
+//! or RDTSC whose result it fixes up (the flag stays set until a block callback clears it).
+//! Outside IA-32e mode the execution mode (CS.D, a cached CS base) is inferred from the blocks
+//! the model sees, and later MODE.Exec decisions may rest on those blocks (the m32 guests showed
+//! it), so a fix-up pending outside IA-32e mode makes the translations full before the next
+//! block runs, and keeps them full for `LIGHT_AFTER`. In IA-32e mode the mode follows from
+//! CS.L/CS.D in the GDT; the record-identity test checks that light and full instrumentation
+//! produce the same bytes.
 //!
 //! A switch is `qemu_plugin_reset`: QEMU stops every vCPU at its next block boundary, flushes the
 //! translation cache and removes the plugin's callbacks; `on_reset` registers them again. Going
@@ -71,9 +73,14 @@ pub(crate) struct Instrumentation {
     plugin_id: AtomicU64,
     /// Full for the whole run (ground truth, PTTRACE_LIGHT=0, more than 64 vCPUs).
     pinned: AtomicBool,
-    /// Per vCPU (bit = index): needs to see blocks; last seen outside IA-32e mode.
+    /// Per vCPU (bit = index): needs to see blocks.
     needs_blocks: AtomicU64,
-    legacy: AtomicU64,
+    /// Per vCPU: when it last had a fix-up pending outside IA-32e mode. Another vCPU's mark
+    /// keeps the translations full for `LIGHT_AFTER` (until the block after its instruction has
+    /// surely run).
+    legacy: parking_lot::Mutex<[Option<Instant>; 64]>,
+    /// Host time spent light and full (PTTRACE_STATS), from the last switch.
+    spent: parking_lot::Mutex<(Duration, Duration, Option<Instant>)>,
     /// When the last vCPU stopped needing blocks.
     quiet_since: parking_lot::Mutex<Option<Instant>>,
     /// Translation flushes requested (`qemu_plugin_reset`), and for which reason.
@@ -89,8 +96,9 @@ pub(crate) static INSTRUMENTATION: Instrumentation = Instrumentation {
     plugin_id: AtomicU64::new(0),
     pinned: AtomicBool::new(false),
     needs_blocks: AtomicU64::new(0),
-    legacy: AtomicU64::new(0),
+    legacy: parking_lot::Mutex::new([None; 64]),
     quiet_since: parking_lot::Mutex::new(None),
+    spent: parking_lot::Mutex::new((Duration::ZERO, Duration::ZERO, None)),
     flushes_light: AtomicU64::new(0),
     flushes_full: AtomicU64::new(0),
     flushes_fixup: AtomicU64::new(0),
@@ -98,13 +106,30 @@ pub(crate) static INSTRUMENTATION: Instrumentation = Instrumentation {
 
 impl Instrumentation {
     /// At install. The translations start full (firmware and boot code run outside IA-32e
-    /// mode); `pinned`: full for the whole run (ground truth, `PTTRACE_LIGHT=0` for
+    /// mode), and go light at the first system instruction that allows it; `pinned`: full for the whole run (ground truth, `PTTRACE_LIGHT=0` for
     /// measurements and the record-identity test, more vCPUs than the masks hold).
     pub(crate) fn start(&self, id: u64, pinned: bool) {
         self.plugin_id.store(id, Ordering::Relaxed);
         let forced = std::env::var_os("PTTRACE_LIGHT").is_some_and(|v| v == "0");
         self.pinned.store(pinned || forced, Ordering::Relaxed);
         self.full.store(true, Ordering::Relaxed);
+        self.spent.lock().2 = Some(Instant::now());
+    }
+
+    /// Accounts the time since the last switch to the level that ends now (`was_full`).
+    fn switched(&self, was_full: bool) {
+        if std::env::var_os("PTTRACE_STATS").is_some_and(|v| v == "2") {
+            eprintln!("pttrace: {:?} -> {} needs={:x}", self.spent.lock().2.map(|t| t.elapsed()), if was_full { "light" } else { "full" }, self.needs_blocks.load(Ordering::Relaxed));
+        }
+        let mut spent = self.spent.lock();
+        let now = Instant::now();
+        let d = spent.2.map_or(Duration::ZERO, |t| now - t);
+        if was_full {
+            spent.1 += d;
+        } else {
+            spent.0 += d;
+        }
+        spent.2 = Some(now);
     }
 
     pub(crate) fn full(&self) -> bool {
@@ -133,8 +158,9 @@ impl Instrumentation {
     }
 
     /// A system instruction's callback saw this vCPU's state (callbacks run one at a time in
-    /// full-system mode): whether it needs to see blocks and whether it is in IA-32e mode.
-    pub(crate) fn observe(&self, vcpu: u32, needs_blocks: bool, ia32e: bool) {
+    /// full-system mode): whether it needs to see blocks, and whether a result fix-up is pending
+    /// outside IA-32e mode (the next block must be seen, as with full instrumentation).
+    pub(crate) fn observe(&self, vcpu: u32, needs_blocks: bool, legacy_fixup: bool) {
         if vcpu >= 64 {
             self.pinned.store(true, Ordering::Relaxed);
         }
@@ -144,38 +170,35 @@ impl Instrumentation {
         } else {
             self.needs_blocks.fetch_and(!bit, Ordering::Relaxed)
         } & bit != 0;
-        if ia32e {
-            self.legacy.fetch_and(!bit, Ordering::Relaxed);
-        } else {
-            self.legacy.fetch_or(bit, Ordering::Relaxed);
-        }
-        if needs_blocks || !ia32e {
+        let now = Instant::now();
+        let others_legacy = {
+            let mut legacy = self.legacy.lock();
+            legacy[(vcpu % 64) as usize] = legacy_fixup.then_some(now);
+            legacy.iter().any(|t| t.is_some_and(|t| now - t < LIGHT_AFTER))
+        };
+        if needs_blocks || legacy_fixup {
             self.go_full();
             return;
         }
         let quiet = self.needs_blocks.load(Ordering::Relaxed) == 0;
         let mut since = self.quiet_since.lock();
         if was_needed && quiet {
-            *since = Some(Instant::now());
+            *since = Some(now);
         }
-        if !self.full() || self.pinned.load(Ordering::Relaxed) || !quiet || self.legacy.load(Ordering::Relaxed) != 0 {
+        if !self.full() || self.pinned.load(Ordering::Relaxed) || !quiet || others_legacy {
             return;
         }
-        if since.is_none_or(|t| t.elapsed() >= LIGHT_AFTER) {
+        if since.is_none_or(|t| now - t >= LIGHT_AFTER) {
             self.full.store(false, Ordering::Relaxed);
+            self.switched(true);
             self.flushes_light.fetch_add(1, Ordering::Relaxed);
             self.reset();
         }
     }
 
-    /// An instruction that may leave IA-32e mode (MOV to CR0, LMSW, RSM) is about to run.
-    pub(crate) fn may_leave_ia32e(&self, vcpu: u32) {
-        self.legacy.fetch_or(1 << (vcpu % 64), Ordering::Relaxed);
-        self.go_full();
-    }
-
     fn go_full(&self) {
         if !self.full.swap(true, Ordering::Relaxed) {
+            self.switched(false);
             self.flushes_full.fetch_add(1, Ordering::Relaxed);
             self.reset();
         }
@@ -184,9 +207,12 @@ impl Instrumentation {
     /// With PTTRACE_STATS=1, at exit: what the instrumentation did.
     pub(crate) fn report(&self) {
         if std::env::var_os("PTTRACE_STATS").is_some_and(|v| v == "1") {
+            self.switched(self.full());
+            let (light, full, _) = *self.spent.lock();
             eprintln!(
-                "pttrace: instrumentation {} at exit: {} flushes to light, {} to full, {} for result fix-ups",
-                if self.full() { "full" } else { "light" },
+                "pttrace: instrumentation light {:.2} s, full {:.2} s (host time); {} flushes to light, {} to full, {} for result fix-ups",
+                light.as_secs_f64(),
+                full.as_secs_f64(),
                 self.flushes_light.load(Ordering::Relaxed),
                 self.flushes_full.load(Ordering::Relaxed),
                 self.flushes_fixup.load(Ordering::Relaxed)

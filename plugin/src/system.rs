@@ -1061,67 +1061,22 @@ impl Shared {
         if self.out.is_some() {
             self.record_code(pc, code);
         }
-        let addrs: Vec<u64> = insns.iter().map(|i| i.0).collect();
-        let modes = consistent_modes(insns.iter().map(|i| i.1.as_slice()));
-        let for_mode = |bitness: u32| {
-            let last = classify(last_bytes, *last_ip, bitness).unwrap_or(ClassifiedInsn {
-                ip: *last_ip,
-                len: last_bytes.len() as u8,
-                kind: BranchKind::None,
-                rep_string: false,
-            });
-            let writes_cr3 = system_op(last_bytes, bitness) == Some(SystemOp::MovToCr3);
-            // Lives as long as QEMU, like the callback closures the qemu-plugin crate hands QEMU
-            // for every translation (QEMU never tells a plugin that a translation is freed), so
-            // the per-block path holds plain references instead of counting them.
-            &*Box::leak(Box::new(SysBlock::new(addrs.clone(), last, writes_cr3)))
-        };
-        let has_wrmsr = insns.iter().any(|(_, b)| system_op(b, 64) == Some(SystemOp::Wrmsr));
-        let changes_mode = insns.iter().any(|(_, b)| may_change_mode(b));
-        // Kept for the life of the process: QEMU does not say when a translation is freed (the
-        // qemu-plugin crate's closures are leaked the same way).
-        let by_mode = [for_mode(16), for_mode(32), for_mode(64)];
-        let ends_recording = by_mode.map(|b: &SysBlock| ends_recording(b, changes_mode));
-        let recordable = [ExecMode::Bit16, ExecMode::Bit32, ExecMode::Bit64].map(|m| !has_wrmsr && modes.contains(m));
-        let proves = [ModeSet(modes.0 & !4).single(), modes.single()];
-        let info: &'static BlockInfo =
-            Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, changes_mode, ends_recording, recordable, proves }));
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
         let bitness = 64;
-        // A plain C function with the block's record as user data: no boxed closure per block.
-        let udata = info as *const BlockInfo as *mut std::ffi::c_void;
-        // Light instrumentation (`crate::instrumentation`): most blocks carry nothing until a
-        // vCPU first needs to see blocks.
+        let ops: Vec<Option<SystemOp>> = insns.iter().map(|(_, b)| system_op(b, bitness)).collect();
+        let has_wrmsr = ops.contains(&Some(SystemOp::Wrmsr));
+        // Light instrumentation (`crate::instrumentation`): most blocks carry no block callback
+        // while no vCPU needs to see blocks.
         let levels = &crate::instrumentation::INSTRUMENTATION;
-        let block_cb = levels.block_cb(pc, has_wrmsr);
-        let full = levels.full();
-        if matches!(system_op(last_bytes, bitness), Some(SystemOp::Cpuid | SystemOp::Rdmsr | SystemOp::Rdtsc)) {
+        if matches!(ops.last(), Some(Some(SystemOp::Cpuid | SystemOp::Rdmsr | SystemOp::Rdtsc))) {
             levels.fixup_successor(last_ip.wrapping_add(last_bytes.len() as u64));
         }
-        // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
-        if block_cb { unsafe {
-            if has_wrmsr {
-                // A WRMSR may start tracing in the middle of this block: the flow must know the
-                // block whatever the flag says.
-                qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cb(
-                    crate::tb_ptr(tb),
-                    Some(on_block_exec),
-                    CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
-                    udata,
-                );
-            } else {
-                qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cond_cb(
-                    crate::tb_ptr(tb),
-                    Some(on_block_exec),
-                    CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
-                    qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_NE,
-                    self.need_block_cb.0,
-                    0,
-                    udata,
-                );
-            }
-        } }
+        let block_cb = levels.block_cb(pc, has_wrmsr);
+        let full = levels.full();
+        if block_cb {
+            self.register_block_cb(tb, pc, &insns, has_wrmsr);
+        }
         let count_insns = self.icount_shift.is_some()
             || host_tsc().is_none()
             || matches!(self.opts.buffer.map(|b| b.drain), Some(pttrace_core::pt::buffer_spec::DrainSpec::PerInstructions { .. }));
@@ -1145,10 +1100,11 @@ impl Shared {
         }
         let event_trace_caps = self.opts.caps.event_trace;
         for (i, insn) in tb.instructions().enumerate() {
-            let (ip, bytes) = (insns[i].0, insns[i].1.clone());
+            let ip = insns[i].0;
             // CLI only matters to Event Trace: other profiles do not instrument it.
-            let op = system_op(&bytes, bitness).filter(|&o| o != SystemOp::Cli || event_trace_caps);
+            let op = ops[i].filter(|&o| o != SystemOp::Cli || event_trace_caps);
             if let Some(op) = op {
+                let bytes = insns[i].1.clone();
                 let len = bytes.len() as u64;
                 insn.register_execute_callback_flags(
                     move |vcpu| {
@@ -1159,16 +1115,9 @@ impl Shared {
                     CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
                 );
             }
-            if may_change_mode(&insns[i].1) && op != Some(SystemOp::Wrmsr) {
-                // MOV to CR0, LMSW, RSM may leave IA-32e mode: full instrumentation first.
-                insn.register_execute_callback(move |vcpu| {
-                    let _s = crate::serialized();
-                    crate::instrumentation::INSTRUMENTATION.may_leave_ia32e(vcpu);
-                });
-            }
             // Results of the previous instruction's CPUID/RDMSR are patched before this one runs.
             let prev_needs_fixup = i > 0
-                && matches!(system_op(&insns[i - 1].1, bitness), Some(SystemOp::Cpuid | SystemOp::Rdmsr | SystemOp::Rdtsc));
+                && matches!(ops[i - 1], Some(SystemOp::Cpuid | SystemOp::Rdmsr | SystemOp::Rdtsc));
             if prev_needs_fixup {
                 insn.register_execute_callback_flags(
                     move |vcpu| {
@@ -1209,6 +1158,61 @@ impl Shared {
                         });
                     }
                 });
+            }
+        }
+    }
+
+    /// The block's record (`BlockInfo`, classified in the three modes) and its execute
+    /// callback: unconditional for a block that ends in a WRMSR, else while `need_block_cb`.
+    fn register_block_cb(&self, tb: &TranslationBlock, pc: u64, insns: &[(u64, Vec<u8>)], has_wrmsr: bool) {
+        let Some((last_ip, last_bytes)) = insns.last() else { return };
+        let addrs: Vec<u64> = insns.iter().map(|i| i.0).collect();
+        let modes = consistent_modes(insns.iter().map(|i| i.1.as_slice()));
+        let for_mode = |bitness: u32| {
+            let last = classify(last_bytes, *last_ip, bitness).unwrap_or(ClassifiedInsn {
+                ip: *last_ip,
+                len: last_bytes.len() as u8,
+                kind: BranchKind::None,
+                rep_string: false,
+            });
+            let writes_cr3 = system_op(last_bytes, bitness) == Some(SystemOp::MovToCr3);
+            // Lives as long as QEMU, like the callback closures the qemu-plugin crate hands QEMU
+            // for every translation (QEMU never tells a plugin that a translation is freed), so
+            // the per-block path holds plain references instead of counting them.
+            &*Box::leak(Box::new(SysBlock::new(addrs.clone(), last, writes_cr3)))
+        };
+        let changes_mode = insns.iter().any(|(_, b)| may_change_mode(b));
+        // Kept for the life of the process: QEMU does not say when a translation is freed (the
+        // qemu-plugin crate's closures are leaked the same way).
+        let by_mode = [for_mode(16), for_mode(32), for_mode(64)];
+        let ends_recording = by_mode.map(|b: &SysBlock| ends_recording(b, changes_mode));
+        let recordable = [ExecMode::Bit16, ExecMode::Bit32, ExecMode::Bit64].map(|m| !has_wrmsr && modes.contains(m));
+        let proves = [ModeSet(modes.0 & !4).single(), modes.single()];
+        let info: &'static BlockInfo =
+            Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, changes_mode, ends_recording, recordable, proves }));
+        // A plain C function with the block's record as user data: no boxed closure per block.
+        let udata = info as *const BlockInfo as *mut std::ffi::c_void;
+        // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
+        unsafe {
+            if has_wrmsr {
+                // A WRMSR may start tracing in the middle of this block: the flow must know the
+                // block whatever the flag says.
+                qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cb(
+                    crate::tb_ptr(tb),
+                    Some(on_block_exec),
+                    CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
+                    udata,
+                );
+            } else {
+                qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cond_cb(
+                    crate::tb_ptr(tb),
+                    Some(on_block_exec),
+                    CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
+                    qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_NE,
+                    self.need_block_cb.0,
+                    0,
+                    udata,
+                );
             }
         }
     }
@@ -1844,9 +1848,10 @@ impl Shared {
         self.before_op_inner(v, op, ip, len, bytes);
         // A result to fix up (possibly in the next block) or a WRMSR that switched tracing.
         let sees_blocks = self.refresh_block_cb(v);
-        // Whether the translations may be light (`crate::instrumentation`): IA32_EFER[10] LMA.
-        let ia32e = v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0;
-        crate::instrumentation::INSTRUMENTATION.observe(v.index, sees_blocks, ia32e);
+        // Whether the translations may be light (`crate::instrumentation`): a fix-up pending
+        // outside IA-32e mode (IA32_EFER[10] LMA = 0) needs the next block seen.
+        let legacy_fixup = v.pending.any() && v.regs.get("efer").unwrap_or(0) & (1 << 10) == 0;
+        crate::instrumentation::INSTRUMENTATION.observe(v.index, sees_blocks, legacy_fixup);
     }
 
     fn before_op_inner(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
