@@ -48,6 +48,7 @@ test-linux: all qemu
 	@bash tests/linux/perf_shell_tests.sh
 	@bash tests/linux/arch_lbr.sh
 	@bash tests/linux/icelake_pebs.sh
+	@bash tests/linux/core2_pebs.sh
 
 # Cost against the same QEMU without a plugin (prints ratios; not a test).
 bench: all qemu

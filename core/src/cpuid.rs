@@ -261,6 +261,20 @@ mod tests {
     }
 
     #[test]
+    fn core2_profile_reports_penryn_06_17h_with_ds_dtes64_pdcm_and_perfmon_version_2() {
+        // The E8400's signature 0001067AH; DS, DS-CPL, DTES64 and PDCM as on the part (a Penryn
+        // E5200 06_17H dump reads ECX 0000E39DH, EDX[21] set); leaf 0AH: version 2, 2 GP + 3
+        // fixed 40-bit counters (the same dump: 07280202H / 503H; EBX as every profile).
+        let p = CpuidProfile { pmu: PmuCaps::CORE2, ..profile("core2") };
+        let mut seen = NativeLeaves::default();
+        let r = p.answer(1, 0, QEMU_LEAF1, &mut seen);
+        assert_eq!(r[0], 0x0001_067A);
+        assert_eq!(r[2] & (1 << 15 | 1 << 4 | 1 << 2), 1 << 15 | 1 << 4 | 1 << 2, "PDCM, DS-CPL, DTES64");
+        assert_eq!(r[3] & (1 << 21), 1 << 21, "DS");
+        assert_eq!(p.answer(0x0A, 0, [0; 4], &mut seen), [0x0728_0202, 0x18, 0, 0x503]);
+    }
+
+    #[test]
     fn silvermont_reports_06_4dh_and_hides_intel_pt() {
         let p = silvermont();
         let mut seen = NativeLeaves::default();

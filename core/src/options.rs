@@ -360,11 +360,11 @@ pub struct SystemOptions {
     /// CPUID.1:ECX[2] DTES64: the 64-bit DS save area format in every mode.
     pub dtes64: bool,
     /// PEBS (`pebs=1`, with `bts=1`, not Silvermont): IA32_PEBS_ENABLE, MISC_ENABLE[12] = 0,
-    /// PERF_CAPABILITIES format 3 (Skylake), 4 (Icelake) or 1 (Nehalem). Opt-in: exact records need a conditional callback on every
+    /// PERF_CAPABILITIES format 3 (Skylake), 4 (Icelake), 1 (Nehalem) or 0 (Core 2). Opt-in: exact records need a conditional callback on every
     /// instruction, which costs even while PEBS is off.
     pub pebs: bool,
     /// The PMU of the profile (Ice Lake's with `profile=icelake`, Nehalem's with
-    /// `profile=nehalem`, Skylake's otherwise).
+    /// `profile=nehalem`, Core 2's with `profile=core2`, Skylake's otherwise).
     pub pmu: crate::pmu::PmuProfile,
     /// Architectural LBRs (`profile=sapphirerapids`, `crate::arch_lbr`) instead of the
     /// model-specific LBR stack.
@@ -386,12 +386,13 @@ pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma se
                     and architectural LBR (README \"Architectural LBR\");
                     icelake: CPUID 06_7EH, perfmon v5, adaptive PEBS with pebs=1 (README \"Icelake profile\");
                     nehalem: CPUID 06_1AH, perfmon v3, the 176-byte PEBS record with pebs=1 (README \"Nehalem profile\");
+                    core2: CPUID 06_17H (Penryn), perfmon v2, the 144-byte PEBS record on PMC0 with pebs=1 (README \"Core 2 profile\");
                     silvermont: Atom RTIT (seed 002) instead of Intel PT, CPUID family/model 06_4DH
   out=DIR           also copy every vCPU's trace stream to DIR/thread-N.pt, vCPU N-1 (and code.img)
   truth=0|1         with out=: log every executed instruction to DIR/thread-N.truth
   bts=0|1           Branch Trace Store and the Debug Store (CPUID.1 DS, IA32_DEBUGCTL, IA32_DS_AREA; default 1)
   dtes64=0|1        CPUID.1:ECX[2] DTES64: 64-bit DS save area format in all modes (default 1)
-  pebs=0|1          PEBS (needs bts=1; Skylake format 3 / Icelake adaptive format 4 / Nehalem format 1, exact records; costs per instruction) (default 0)
+  pebs=0|1          PEBS (needs bts=1; Skylake format 3 / Icelake adaptive format 4 / Nehalem format 1 / Core 2 format 0, exact records; costs per instruction) (default 0)
   buffer=BYTES      internal trace buffer of BYTES (64..1G, K/M suffix): packets wait there and
                     overflow (OVF) when the drain cannot keep up; default: none
   drain=B/N         with buffer=: drain B bytes per N instructions (deterministic; default 8/1)
@@ -437,6 +438,7 @@ impl SystemOptions {
                     o.pmu = match v {
                         "icelake" => crate::pmu::PmuProfile::Icelake,
                         "nehalem" => crate::pmu::PmuProfile::Nehalem,
+                        "core2" => crate::pmu::PmuProfile::Core2,
                         _ => crate::pmu::PmuProfile::Skylake,
                     };
                     o.arch_lbr = v == "sapphirerapids";
@@ -461,7 +463,7 @@ impl SystemOptions {
             return err("option 'truth' needs out=DIR".into());
         }
         if o.pebs && (!o.bts || o.rtit) {
-            return err("option 'pebs' needs bts=1 and the Skylake, Icelake or Nehalem profile (PEBS records go to the Debug Store)".into());
+            return err("option 'pebs' needs bts=1 and the Skylake, Icelake, Nehalem or Core 2 profile (PEBS records go to the Debug Store)".into());
         }
         if o.errata != crate::rtit::errata::Errata::default() && !o.rtit {
             return err("option 'errata' needs profile=silvermont (the errata are those of the Atom RTIT reference)".into());
@@ -533,10 +535,13 @@ mod tests {
         assert!(t.mtc_en() && t.cyc_en());
         assert_eq!((t.mtc_freq(), t.cyc_thresh()), (3, 2));
         let s = |a: &str| SystemOptions::parse([a]).unwrap_err().0;
-        assert!(s("profile=pentium").contains("accepted: skylake, minimal, sapphirerapids, icelake, nehalem, silvermont"));
+        assert!(s("profile=pentium").contains("accepted: skylake, minimal, sapphirerapids, icelake, nehalem, core2, silvermont"));
         let nhm = SystemOptions::parse(["profile=nehalem", "pebs=1"]).unwrap();
         assert_eq!(nhm.pmu, crate::pmu::PmuProfile::Nehalem);
         assert_eq!(nhm.signature.map(|s| s.cpuid_01_eax()), Some(0x0001_06A5));
+        let core2 = SystemOptions::parse(["profile=core2", "pebs=1"]).unwrap();
+        assert_eq!(core2.pmu, crate::pmu::PmuProfile::Core2);
+        assert_eq!(core2.signature.map(|s| s.cpuid_01_eax()), Some(0x0001_067A));
         let icl = SystemOptions::parse(["profile=icelake", "pebs=1"]).unwrap();
         assert_eq!(icl.pmu, crate::pmu::PmuProfile::Icelake);
         assert_eq!(icl.signature.map(|s| s.cpuid_01_eax()), Some(0x0007_06E5));

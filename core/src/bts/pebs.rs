@@ -382,6 +382,32 @@ mod tests {
     }
 
     #[test]
+    fn core2_record_field_by_field() {
+        // Seed 001 §6.7: the original Core 64-bit record, 144 bytes: RFLAGS, RIP (trap-like on
+        // Penryn: the next instruction), RAX, RBX, RCX, RDX, RSI, RDI, RBP, RSP, R8..R15 (the
+        // SDM's Intel Core PEBS record table, Linux's `struct pebs_record_core`), nothing after.
+        let f = PebsFormat::select(DsFormat::Bits64, 0).unwrap();
+        assert_eq!(f, PebsFormat::Core);
+        let mut m = setup(DsFormat::Bits64, f, 4, 2);
+        m.write_linear(BUF + 144, &[0xA5; 64]).unwrap();
+        let s = state();
+        assert_eq!(write_record(&mut m, DS, DsFormat::Bits64, f, &s), PebsOutcome::Written { pmi: false });
+        assert_eq!(u64_at(&mut m, BUF), 0x246, "RFLAGS");
+        assert_eq!(u64_at(&mut m, BUF + 0x08), 0x40_1005, "RIP");
+        let names = ["RAX", "RBX", "RCX", "RDX", "RSI", "RDI", "RBP", "RSP", "R8", "R9", "R10", "R11", "R12", "R13", "R14", "R15"];
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(u64_at(&mut m, BUF + 0x10 + 8 * i as u64), s.gprs[i], "{name}");
+        }
+        // No status field: the 0x90 slot is the next record's, untouched.
+        assert_eq!(m.bytes(BUF + 144, 64), vec![0xA5; 64], "nothing past the 144 bytes");
+        assert_eq!(u64_at(&mut m, DS + 0x28), BUF + 144, "index advanced by one record");
+        // The second record reaches the threshold (2 records): the DS interrupt.
+        assert_eq!(write_record(&mut m, DS, DsFormat::Bits64, f, &s), PebsOutcome::Written { pmi: true });
+        assert_eq!(u64_at(&mut m, BUF + 144 + 0x08), 0x40_1005);
+        assert_eq!(u64_at(&mut m, DS + 0x28), BUF + 288);
+    }
+
+    #[test]
     fn skylake_record_field_by_field() {
         let mut m = setup(DsFormat::Bits64, PebsFormat::Skylake, 4, 4);
         let s = state();

@@ -92,6 +92,9 @@ pub enum PmuProfile {
     Icelake,
     /// Nehalem 06_1AH (`profile=nehalem`): version 3, the enhanced PEBS record (format 1).
     Nehalem,
+    /// Core 2 Penryn 06_17H (`profile=core2`): version 2, the original 144-byte PEBS record
+    /// (format 0) on IA32_PMC0.
+    Core2,
 }
 
 impl PmuProfile {
@@ -101,6 +104,7 @@ impl PmuProfile {
             PmuProfile::Skylake => PmuCaps::SKYLAKE,
             PmuProfile::Icelake => PmuCaps::ICELAKE,
             PmuProfile::Nehalem => PmuCaps::NEHALEM,
+            PmuProfile::Core2 => PmuCaps::CORE2,
         };
         if pebs {
             c
@@ -178,6 +182,32 @@ impl PmuCaps {
         pebs_format: Some(1),
         pebs_baseline: false,
     };
+    /// Core 2 Duo E8400, Penryn 06_17H (`profile=core2`; SDM Vol. 3B "Performance Monitoring for
+    /// Processors Based on Intel Core Microarchitecture", Vol. 4 the Core 2 MSR table):
+    /// architectural perfmon version 2 (no AnyThread, GLOBAL_OVF_CTRL, legacy freeze), 2 GP
+    /// counters and 3 fixed counters of 40 bits: CPUID.0AH = {07280202H, 0, 0, 503H} on Penryn
+    /// (early Merom steppings report EDX = 0, hence Linux's "v2 perfmon does not report
+    /// fixed-purpose events" quirk). PEBS on IA32_PMC0 only (§"Setting up the PEBS Buffer": "PEBS
+    /// is available using IA32_PMC0 only"; IA32_PEBS_ENABLE[0]), PERF_CAPABILITIES format 0: the
+    /// 144-byte record (RFLAGS, RIP, RAX..R15; seed 001 §6.7: "最初的 Core 架构 64 位 PEBS 记录是
+    /// 144 个字节"). [6] PEBS_TRAP is set: Penryn's records are trap-like (Linux 6.1 prints
+    /// `pebs_trap ? '+' : '-'` and Penryn boots print "PEBS fmt0+, Core2 events"; only early Merom
+    /// steppings print "fmt0-", and Linux disables PEBS on all of Merom). [7] is "always 1" on the
+    /// Intel Core microarchitecture. No FW_WRITE. The LBR format reported is the model's stack
+    /// (5), not Core 2's 4-entry stack at 40H/60H (README "Core 2 profile"); GLOBAL_STATUS[55]
+    /// stays because the profile keeps the model's Intel PT.
+    pub const CORE2: PmuCaps = PmuCaps {
+        version: 2,
+        num_gp: 2,
+        num_fixed: 3,
+        width: 40,
+        pdcm: true,
+        full_width_writes: false,
+        topa_pmi: true,
+        lbr_format: 5,
+        pebs_format: Some(0),
+        pebs_baseline: false,
+    };
     /// Silvermont 06_4DH: version 3, 2 GP counters, 3 fixed, 40 bits.
     pub const SILVERMONT: PmuCaps =
         PmuCaps { version: 3, num_gp: 2, num_fixed: 3, width: 40, pdcm: false, full_width_writes: false, topa_pmi: false, lbr_format: 0, pebs_format: None, pebs_baseline: false };
@@ -228,11 +258,15 @@ impl PmuCaps {
     /// Bits of IA32_PEBS_ENABLE software may set: PEBS_EN_PMCn and LL_EN_PMCn of each GP
     /// counter; with PEBS_BASELINE PEBS_EN_PMCn and PEBS_EN_FIXEDi (bit 32 + i; KVM's
     /// `pebs_enable_mask = counter_mask` for baseline parts, Linux sets no LL_EN bit from
-    /// version 5 on); the rest #GP (None: the MSR does not exist).
+    /// version 5 on); format 0 (Intel Core microarchitecture) only [0] "Enable PEBS on PMC0"
+    /// (no load latency facility); the rest #GP (None: the MSR does not exist).
     pub fn pebs_enable_bits(&self) -> Option<u64> {
         let gp = (1u64 << self.num_gp) - 1;
         if self.adaptive_pebs() {
             return Some(self.counter_bits());
+        }
+        if self.pebs_format == Some(0) {
+            return Some(1);
         }
         self.pebs_format.map(|_| gp | (gp << 32))
     }

@@ -420,3 +420,43 @@ fn nehalem_profile_enumerates_version_3_and_the_enhanced_pebs_record() {
     p.pebs_reload(3, 0xFFFF_FFFF_FFF0);
     assert_eq!(p.read(IA32_PMC0 + 3), Ok(0xFFFF_FFFF_FFF0));
 }
+
+#[test]
+fn core2_profile_enumerates_version_2_and_pebs_on_pmc0_only() {
+    // Version 2, 2 x 40-bit GP counters, EBX length 7; EDX 3 x 40-bit fixed counters (Penryn's
+    // 07280202H / 503H; EBX: LLC references/misses unavailable, as every profile).
+    assert_eq!(PmuCaps::CORE2.cpuid_0a(), [0x0728_0202, 0x18, 0, 0x503]);
+    // Trap-like [6], arch regs [7], format 0 [11:8], no FW_WRITE, LBR format of the model's stack.
+    assert_eq!(PmuCaps::CORE2.perf_capabilities(), Some(0xC5));
+    assert_eq!(PmuProfile::Core2.caps(false).perf_capabilities(), Some(0x5), "PDCM without pebs=1, no PEBS bits");
+    assert_eq!(PmuProfile::Core2.caps(false).pebs_enable_bits(), None, "no IA32_PEBS_ENABLE without pebs=1");
+    assert_eq!(PmuCaps::CORE2.pebs_enable_bits(), Some(1), "Enable PEBS on PMC0, nothing else");
+    let mut p = Pmu::new(PmuCaps::CORE2);
+    assert_eq!(p.write(IA32_PEBS_ENABLE, 0b10), Err(Fault::Gp), "no PEBS on PMC1");
+    assert_eq!(p.write(IA32_PEBS_ENABLE, 1 << 32), Err(Fault::Gp), "no load latency facility");
+    assert_eq!(p.read(IA32_PMC0 + 2), Err(Fault::Gp), "two GP counters");
+    assert_eq!(p.write(IA32_PERFEVTSEL0, 0xC0 | OS | EN | (1 << 21)), Err(Fault::Gp), "AnyThread is version 3");
+    assert_eq!(p.read(IA32_A_PMC0), Err(Fault::Gp));
+    assert_eq!(p.read(IA32_PERF_GLOBAL_STATUS_SET), Err(Fault::Gp));
+    // Legacy write: EAX sign-extended to 40 bits.
+    p.write(IA32_PMC0, 0xFFFF_FFFE).unwrap();
+    assert_eq!(p.read(IA32_PMC0), Ok(0xFF_FFFF_FFFE));
+    // PEBS on PMC0: the overflow arms, the next event triggers, the counter reloads.
+    p.write(IA32_PERFEVTSEL0, 0xC0 | OS | EN).unwrap();
+    p.write(IA32_PEBS_ENABLE, 1).unwrap();
+    p.write(IA32_PERF_GLOBAL_CTRL, 1).unwrap();
+    p.retire(2, Retired::PLAIN, 0);
+    assert!(!p.pebs_due());
+    assert_eq!(p.global_status(), 1);
+    p.retire(1, Retired::PLAIN, 0);
+    assert_eq!(p.take_pebs(), 1);
+    p.pebs_reload(0, 0xFF_FFFF_FFF0);
+    assert_eq!(p.read(IA32_PMC0), Ok(0xFF_FFFF_FFF0));
+    // PMC1 counts but never writes a record.
+    p.write(IA32_PERFEVTSEL0 + 1, 0xC0 | OS | EN).unwrap();
+    p.write(IA32_PMC0 + 1, 0xFFFF_FFFF).unwrap();
+    p.write(IA32_PERF_GLOBAL_CTRL, 0b10).unwrap();
+    p.retire(3, Retired::PLAIN, 0);
+    assert_eq!(p.global_status() & 0b10, 0b10);
+    assert!(!p.pebs_due());
+}

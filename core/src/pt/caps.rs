@@ -85,6 +85,13 @@ pub const ICELAKE_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x7
 /// version 3, the enhanced 176-byte PEBS record, PERF_CAPABILITIES[11:8] = 1; seed 001 §6.7).
 pub const NEHALEM_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x1A, stepping: 5 };
 
+/// Core 2 Duo E8400 (Penryn / Wolfdale, 45 nm Intel Core microarchitecture): family 6, model 17H,
+/// stepping AH (CPUID.01H:EAX 0001067AH; Linux INTEL_FAM6_CORE2_PENRYN). The part whose PMU
+/// `profile=core2` models (perfmon version 2, PEBS record format 0, 144 bytes, on IA32_PMC0 only).
+/// Penryn rather than Merom 06_0FH: Linux 6.1 disables PEBS on every Merom (intel_clovertown_quirk,
+/// errata AJ67/AJ68/AJ69/AJ106), so only a Penryn signature takes its "PEBS fmt0" path.
+pub const CORE2_SIGNATURE: CpuSignature = CpuSignature { family: 6, model: 0x17, stepping: 0xA };
+
 impl PtCaps {
     /// A Skylake-class client part: ToPA (multi-entry), single range, CR3 filter, PSB/CYC,
     /// 2 IP ranges, MTC. CPUID.14H.0 = {1, 0xF, 0x7, 0}, 14H.1 = {0x02490002, 0x003F3FFF}
@@ -184,11 +191,13 @@ impl PtCaps {
             // A Nehalem has no Intel PT; the model's trace unit stays enumerated with the
             // Skylake-class set (README "Nehalem profile").
             "nehalem" => Some((PtCaps::SKYLAKE, Some(NEHALEM_SIGNATURE))),
+            // Nor has a Core 2 (README "Core 2 profile").
+            "core2" => Some((PtCaps::SKYLAKE, Some(CORE2_SIGNATURE))),
             _ => None,
         }
     }
 
-    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake", "minimal", "sapphirerapids", "icelake", "nehalem"];
+    pub const PROFILE_NAMES: &'static [&'static str] = &["skylake", "minimal", "sapphirerapids", "icelake", "nehalem", "core2"];
 
     /// CPUID.(EAX=14H, ECX=subleaf) as {EAX, EBX, ECX, EDX}; subleaves above 1 read as zero.
     pub fn cpuid_14(&self, subleaf: u32) -> [u32; 4] {

@@ -1,0 +1,119 @@
+// pttrace-options: profile=core2,pebs=1,dtes64=0
+/* Seed 001 §6.7.1 in 32-bit protected mode: without DTES64 (CPUID.1:ECX[2] = 0, `dtes64=0`) and
+ * outside IA-32e mode the DS save area has the 32-bit format (PEBS fields at 10H-1CH, counter n's
+ * reset at 20H + 8n) and every PEBS record is 40 bytes (EFLAGS, EIP, EAX, EBX, ECX, EDX, ESI,
+ * EDI, EBP, ESP) instead of format 0's 144 bytes (the Core 2 profile, Penryn 06_17H: PEBS on
+ * PMC0 only, 40-bit counters). A real Penryn has DTES64; `dtes64=0` stands for the seed's 32-bit
+ * experiment (the parts before DTES64). The guest finds the record length from the index after
+ * consecutive records, checks the records field by field, nothing at the absolute maximum and the
+ * reload from the reset field (32-bit DS area: PMC0's at 20H). Counting as t_pebs_core2: the
+ * enabling WRMSR is event 1, `add $1, %edi` number j is event j + 1; PMC0 starts at 2^40 - P,
+ * reloads 2^40 - Q. */
+#include "lib32/m32.h"
+
+#define IA32_PMC0               0xC1
+#define IA32_PERFEVTSEL0        0x186
+#define IA32_PERF_CAPABILITIES  0x345
+#define IA32_PERF_GLOBAL_STATUS 0x38E
+#define IA32_PERF_GLOBAL_CTRL   0x38F
+#define IA32_PERF_GLOBAL_OVF_CTRL 0x390
+#define IA32_PEBS_ENABLE        0x3F1
+#define IA32_DS_AREA            0x600
+
+#define P     5u
+#define Q     3u
+#define REC   40u
+#define TOP   (1ull << 40)
+#define FIT   4u                      /* records below the absolute maximum */
+
+struct ds32 {
+    uint32_t bts_base, bts_index, bts_max, bts_thr;
+    uint32_t pebs_base, pebs_index, pebs_max, pebs_thr;
+    uint64_t reset[4];
+};
+struct pebs_rec32 { uint32_t flags, ip, ax, bx, cx, dx, si, di, bp, sp; };
+_Static_assert(sizeof(struct pebs_rec32) == REC, "32-bit record");
+
+static struct ds32 ds __attribute__((aligned(64)));
+static uint8_t buf[(FIT + 2) * REC] __attribute__((aligned(64)));
+uint32_t run_esp;
+
+/* Known registers, enable PMC0 (GLOBAL_CTRL = 1), 38 x `add $1, %edi`, disable. */
+extern void pebs_run32(void);
+extern char pebs_adds[];
+asm(".text\n"
+    ".globl pebs_run32, pebs_adds\n"
+    "pebs_run32:\n"
+    "  push %ebx; push %esi; push %edi; push %ebp\n"
+    "  mov $0xB0B0, %ebx\n"
+    "  mov $0x5151, %esi\n"
+    "  xor %edi, %edi\n"
+    "  mov $0xBEBE, %ebp\n"
+    "  mov %esp, run_esp\n"
+    "  mov $0x38f, %ecx\n"
+    "  mov $1, %eax\n"
+    "  xor %edx, %edx\n"
+    "  wrmsr\n"
+    "pebs_adds:\n"
+    "  .rept 38\n"
+    "  add $1, %edi\n"
+    "  .endr\n"
+    "  xor %eax, %eax\n"
+    "  wrmsr\n"
+    "  pop %ebp; pop %edi; pop %esi; pop %ebx\n"
+    "  ret\n");
+
+void m32_main(void)
+{
+    puts_serial("t_m32_pebs_core2: 32-bit protected mode, DTES64 = 0\n");
+    m32_check_mode();
+    uint32_t eax, ecx, edx;
+    asm volatile("cpuid" : "=a"(eax), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0) : "ebx");
+    CHECK((eax & 0x0FFF3FFF) == 0x0001067A);  /* Penryn 06_17H */
+    CHECK(edx & (1u << 21));                   /* DS */
+    CHECK(!(ecx & (1u << 2)));                 /* no DTES64 */
+    uint64_t cap = rdmsr(IA32_PERF_CAPABILITIES);
+    CHECK(((cap >> 8) & 0xF) == 0);            /* format 0 (144 bytes with DTES64)... */
+    /* ...but seed 001 §6.7.1: no DTES64 -> the 40-byte record. */
+
+    wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
+    wrmsr(IA32_PERF_GLOBAL_OVF_CTRL, rdmsr(IA32_PERF_GLOBAL_STATUS));
+    for (uint32_t i = 0; i < sizeof buf; i++)
+        buf[i] = 0xA5;
+    ds.pebs_base = ds.pebs_index = (uint32_t)buf;
+    ds.pebs_max = (uint32_t)buf + FIT * REC;
+    ds.pebs_thr = ds.pebs_max + REC;       /* no threshold interrupt */
+    ds.reset[0] = TOP - Q;
+    wrmsr(IA32_DS_AREA, (uint32_t)&ds);
+    wrmsr(IA32_PMC0, (uint32_t)-P);            /* legacy write, sign-extended to 40 bits */
+    CHECK(rdmsr(IA32_PMC0) == TOP - P);
+    wrmsr(IA32_PERFEVTSEL0, 0xC0 | (1u << 17) | (1u << 22)); /* INST_RETIRED.ANY_P, OS, EN */
+    wrmsr(IA32_PEBS_ENABLE, 1);
+    pebs_run32();
+    wrmsr(IA32_PEBS_ENABLE, 0);
+    wrmsr(IA32_PERFEVTSEL0, 0);
+
+    uint32_t used = ds.pebs_index - ds.pebs_base;
+    puts_serial("PEBS index advanced by "); put_hex(used); putc_serial('\n');
+    CHECK(used == FIT * REC);
+    const struct pebs_rec32 *r = (const struct pebs_rec32 *)buf;
+    /* Record length from consecutive records: record 2 lies REC bytes on and is Q + 1 events
+     * later. */
+    CHECK(r[1].di - r[0].di == Q + 1);
+    for (uint32_t k = 1; k <= FIT; k++, r++) {
+        uint32_t add = (P + 1) + (k - 1) * (Q + 1) - 1;  /* the triggering `add` */
+        puts_serial("record "); put_hex(k); puts_serial(": eip "); put_hex(r->ip);
+        puts_serial(" edi "); put_hex(r->di); puts_serial(" eflags "); put_hex(r->flags); putc_serial('\n');
+        CHECK(r->ip == (uint32_t)pebs_adds + 3 * add);   /* trap-like: the next instruction */
+        CHECK(r->di == add);
+        CHECK(r->ax == 1 && r->bx == 0xB0B0 && r->cx == 0x38F && r->dx == 0);
+        CHECK(r->si == 0x5151 && r->bp == 0xBEBE && r->sp == run_esp);
+        CHECK((r->flags & 0x202) == 0x2);
+    }
+    for (uint32_t i = FIT * REC; i < sizeof buf; i++)
+        CHECK(buf[i] == 0xA5);                   /* nothing at or past the maximum */
+    /* 9 triggers (events 6, 10, ..., 38), each reloading 2^40 - Q; then events 39 and 40. */
+    CHECK(rdmsr(IA32_PMC0) == TOP - Q + 2);
+    wrmsr(IA32_PERF_GLOBAL_OVF_CTRL, rdmsr(IA32_PERF_GLOBAL_STATUS));
+    m32_exit(1);
+}
