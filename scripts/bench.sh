@@ -112,13 +112,16 @@ export QEMU=$qemu_dir/qemu-system-x86_64
 gbin=$top/target/guest/bin
 bash "$top/tests/guest/build.sh" "$gbin" >/dev/null
 field() { sed -n "s/.*BENCH .* $1=\\([0-9]*\\).*/\\1/p"; }
-np=() cf=() on=() tp=() offp=() gbytes=0 fl=() e0=() e1=() r0=()
+np=() cf=() on=() tp=() offp=() gbytes=0 fl=() e0=() e1=() r0=() fo=() fc=()
 for _ in $(seq "$runs"); do
   base=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" 2>/dev/null | tr -d '\r')
   with=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r')
   # The same with the model on the vCPU at every block (PTTRACE_RECORD=0, the reference path),
   # with recorded blocks run by the vCPU itself (PTTRACE_ENCODER=0) and by the encoder thread
   # (PTTRACE_ENCODER=1); the default is the vCPU.
+  # Every block instrumented from the start (PTTRACE_LIGHT=0: as before light instrumentation).
+  full=$(PTTRACE_LIGHT=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r')
+  fo+=("$(field off <<<"$full")") fc+=("$(field configured <<<"$full")")
   r0+=("$(PTTRACE_RECORD=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
   e0+=("$(PTTRACE_ENCODER=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
   e1+=("$(PTTRACE_ENCODER=1 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
@@ -138,6 +141,7 @@ echo "full system (qemu-system-x86_64, tests/guest/b_pt_loop.c; guest RDTSC cycl
 echo "  no plugin:                               $b"
 echo "  plugin loaded, PT never enabled:         $(m "${offp[@]}") ($(r "$(m "${offp[@]}")" "$b"))"
 echo "  RTIT_CTL configured, TraceEn = 0:        $(m "${cf[@]}") ($(r "$(m "${cf[@]}")" "$b"))"
+echo "  the same two, every block instrumented:  $(m "${fo[@]}") ($(r "$(m "${fo[@]}")" "$b")), $(m "${fc[@]}") ($(r "$(m "${fc[@]}")" "$b")) (PTTRACE_LIGHT=0: before light instrumentation)"
 echo "  Intel PT on (single range):              $(m "${on[@]}") ($(r "$(m "${on[@]}")" "$b")), $gbytes trace bytes"
 echo "  Intel PT on (ToPA, 2 x 512 KiB):         $(m "${tp[@]}") ($(r "$(m "${tp[@]}")" "$b"))"
 echo "  single range, model at every block:      $(m "${r0[@]}") ($(r "$(m "${r0[@]}")" "$b")) (PTTRACE_RECORD=0: before issue 13 step 2)"
@@ -160,12 +164,15 @@ pscript=$(mktemp)
 cat >"$pscript" <<'GUEST'
 cd /tmp; perf record -q -e dummy:u -o d.data true >/dev/null 2>&1; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e instructions:upp -c 100003 -o p.data calls 10000000 >/dev/null 2>&1; t2=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "PEBSBENCH plain_ms=%d pebs_ms=%d\n", (b - a) * 1000, (c - b) * 1000 }'
 GUEST
+bscript=$(mktemp)
+echo true >"$bscript"
 bootmsg() { sed -n 's/.*guest reached \/init at \([0-9.]*\) s uptime.*/\1/p' | tail -1; }
-nb=() wb=() lp=() lw=() ld=() ls=() lb=() pp=() pb=()
+nb=() wb=() fb=() lp=() lw=() ld=() ls=() lb=() pp=() pb=()
 for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   nb+=("$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" 2>&1 | tr -d '\r' | bootmsg)")
   lout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" -plugin "$plugin" 2>&1 | tr -d '\r')
   wb+=("$(bootmsg <<<"$lout")")
+  fb+=("$(PTTRACE_LIGHT=0 LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$bscript" -plugin "$plugin" 2>&1 | tr -d '\r' | bootmsg)")
   lp+=("$(sed -n 's/^LINUXBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   lw+=("$(sed -n 's/^LINUXBENCH .*perf_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   ld+=("$(sed -n 's/^LINUXBENCH .*dummy_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
@@ -175,11 +182,12 @@ for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   pp+=("$(sed -n 's/^PEBSBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$pout")")
   pb+=("$(sed -n 's/^PEBSBENCH .*pebs_ms=\([0-9]*\).*/\1/p' <<<"$pout")")
 done
-rm -f "$lscript" "$pscript"
+rm -f "$lscript" "$pscript" "$bscript"
 echo
 echo "Linux guest (Debian 6.1 kernel, 2 vCPUs; median of ${BENCH_LINUX_RUNS:-1}):"
 echo "  boot to /init, no plugin:                $(m "${nb[@]}") s uptime"
 echo "  boot to /init, plugin loaded:            $(m "${wb[@]}") s uptime ($(r "$(m "${wb[@]}")" "$(m "${nb[@]}")"))"
+echo "  boot to /init, every block instrumented: $(m "${fb[@]}") s uptime ($(r "$(m "${fb[@]}")" "$(m "${nb[@]}")")) (PTTRACE_LIGHT=0)"
 echo "  calls 10000000 (guest /proc/uptime):     $(m "${lp[@]}") ms"
 echo "  the same under perf record -e intel_pt//u:$(m "${lw[@]}") ms ($(r "$(m "${lw[@]}")" "$(m "${lp[@]}")"))"
 echo "  the same under perf record -e dummy:u:    $(m "${ld[@]}") ms ($(r "$(m "${ld[@]}")" "$(m "${lp[@]}")"): perf's own start-up and write, nothing traced)"
