@@ -13,7 +13,9 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 qemu_dir=$(bash "$top/scripts/qemu.sh") || exit 1
 export QEMU=$qemu_dir/qemu-system-x86_64
 bin=$top/target/guest/bin
-out=$top/target/guest/out
+# GUEST_OUT: another output directory; GUEST_ACCEL: QEMU's -accel for every guest (tests/guest/run.sh),
+# e.g. tcg,one-insn-per-tb=on.
+out=${GUEST_OUT:-$top/target/guest/out}
 mkdir -p "$bin" "$out"
 bash "$top/tests/guest/build.sh" "$bin" >/dev/null || { echo "FAIL: guest build"; exit 1; }
 plugin=$top/target/release/libpttrace.so
@@ -41,8 +43,10 @@ for elf in "$bin"/t_*.elf; do
   [ -n "$bts_on" ] && [ -z "$on" ] && opts="$opts,truth=1"
   # The stress guest's rounds: STRESS_ROUNDS (make stress).
   [ "$name" = t_stress_smp ] && [ -n "${STRESS_ROUNDS:-}" ] && qemu_extra="$qemu_extra -append rounds=$STRESS_ROUNDS"
+  # ... and for QEMU's -accel (e.g. tcg,one-insn-per-tb=on) with `// qemu-accel: ...`.
+  accel=$(sed -n 's|^// qemu-accel: *||p' "$top/tests/guest/$name.c" 2>/dev/null | head -1)
   # shellcheck disable=SC2086
-  if ! GUEST_TIMEOUT=${GUEST_TIMEOUT:-$([ -n "${STRESS_ROUNDS:-}" ] && echo 3600 || echo 60)} \
+  if ! GUEST_ACCEL=${accel:-${GUEST_ACCEL:-tcg}} GUEST_TIMEOUT=${GUEST_TIMEOUT:-$([ -n "${STRESS_ROUNDS:-}" ] && echo 3600 || echo 60)} \
       bash "$top/tests/guest/run.sh" "$elf" $qemu_extra -plugin "$plugin,$opts" >"$dir.log" 2>&1; then
     echo "FAIL $name:"; grep -v '^PTDUMP' "$dir.log" | tail -20; fail=1; continue
   fi
