@@ -1,8 +1,11 @@
 //! The MSR address space of the modelled part (issue 13's per-CPU facade): which unit answers
-//! RDMSR and WRMSR of an index, and RDMSR itself. TCG ignores WRMSR of an MSR it does not know
+//! RDMSR and WRMSR of an index, RDMSR itself, and WRMSR of the units without an enable sequence
+//! of their own (PMU, LBRs, Debug Store; Intel PT's and RTIT's writes go through `pt::enable` and
+//! `rtit`). TCG ignores WRMSR of an MSR it does not know
 //! and reads it as 0, so every index a unit below claims is answered by the model, and every
 //! other one is left to QEMU.
 
+use crate::bts::debugctl::IA32_DEBUGCTL;
 use crate::bts::BranchTraceStore;
 use crate::arch_lbr::ArchLbr;
 use crate::lbr::LbrStack;
@@ -113,6 +116,59 @@ impl MsrUnits<'_> {
     }
 }
 
+/// The units WRMSR changes directly.
+pub struct MsrUnitsMut<'a> {
+    pub pmu: &'a mut Pmu,
+    pub lbr: &'a mut LbrStack,
+    pub arch_lbr: &'a mut ArchLbr,
+    pub bts: &'a mut BranchTraceStore,
+}
+
+/// What a WRMSR accepted by one of those units did, for the caller's sequencing (the context the
+/// retirement events filter on must be current when counting or recording starts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnitWrite {
+    /// A counter, event select or global control: `counting_started` when no counter counted
+    /// before this write and one does now.
+    Pmu { counting_started: bool },
+    /// The model-specific LBR stack.
+    Lbr,
+    /// Architectural LBRs.
+    ArchLbr,
+    /// IA32_DEBUGCTL (`debugctl`; its FREEZE_LBRS_ON_PMI [11] and FREEZE_PERFMON_ON_PMI [12]
+    /// also reach the PMU) or IA32_DS_AREA; `bts_started`: BTS became active.
+    DebugStore { debugctl: bool, bts_started: bool },
+    /// Not one of these units: Intel PT, Atom RTIT, or QEMU's own MSR.
+    Other,
+}
+
+impl MsrUnitsMut<'_> {
+    /// WRMSR of `value` to `index`: the unit's new state and what it started, or the #GP(0)
+    /// hardware raises (nothing changed then).
+    pub fn wrmsr(&mut self, map: &MsrMap, index: u32, value: u64) -> Result<UnitWrite, Fault> {
+        match map.unit(index) {
+            MsrUnit::Pmu => {
+                let was_active = self.pmu.active();
+                self.pmu.write(index, value)?;
+                Ok(UnitWrite::Pmu { counting_started: self.pmu.active() && !was_active })
+            }
+            MsrUnit::Lbr => self.lbr.write(index, value).map(|()| UnitWrite::Lbr),
+            MsrUnit::ArchLbr => self.arch_lbr.write(index, value).map(|()| UnitWrite::ArchLbr),
+            MsrUnit::LbrAbsent | MsrUnit::PtAbsent => Err(Fault::Gp),
+            MsrUnit::DebugStore => {
+                let was_active = self.bts.active();
+                self.bts.write_msr(index, value)?;
+                let debugctl = index == IA32_DEBUGCTL;
+                if debugctl {
+                    self.pmu.set_debugctl(value);
+                }
+                Ok(UnitWrite::DebugStore { debugctl, bts_started: self.bts.active() && !was_active })
+            }
+            MsrUnit::Rtit | MsrUnit::Pt | MsrUnit::Qemu => Ok(UnitWrite::Other),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +248,37 @@ mod tests {
         let spr = MsrMap { arch_lbr: true, ..skylake() };
         assert_eq!(units.rdmsr(&spr, crate::arch_lbr::IA32_LBR_DEPTH), Ok(32));
         assert_eq!(units.rdmsr(&spr, MSR_LBR_TOS), Err(Fault::Gp));
+    }
+
+    #[test]
+    fn wrmsr_reports_counting_and_bts_starting_and_faults_msrs_the_part_lacks() {
+        const IA32_PERF_GLOBAL_CTRL: u32 = 0x38F;
+        const IA32_FIXED_CTR_CTRL: u32 = 0x38D;
+        let mut pmu = Pmu::new(PmuCaps::SKYLAKE);
+        let mut lbr = LbrStack::default();
+        let mut arch = ArchLbr::new(crate::arch_lbr::ArchLbrCaps::SAPPHIRE_RAPIDS);
+        let mut bts = BranchTraceStore::new(true);
+        let mut units = MsrUnitsMut { pmu: &mut pmu, lbr: &mut lbr, arch_lbr: &mut arch, bts: &mut bts };
+        let m = skylake();
+        // Fixed counter 0 counting user instructions (IA32_FIXED_CTR_CTRL[1:0] = 2), enabled by
+        // IA32_PERF_GLOBAL_CTRL[32] (whose reset value enables every counter, SDM Vol. 3B
+        // §20.2.2, so it is cleared first): counting starts with the third write only.
+        assert_eq!(units.wrmsr(&m, IA32_PERF_GLOBAL_CTRL, 0), Ok(UnitWrite::Pmu { counting_started: false }));
+        assert_eq!(units.wrmsr(&m, IA32_FIXED_CTR_CTRL, 2), Ok(UnitWrite::Pmu { counting_started: false }));
+        assert_eq!(units.wrmsr(&m, IA32_PERF_GLOBAL_CTRL, 1 << 32), Ok(UnitWrite::Pmu { counting_started: true }));
+        assert_eq!(units.wrmsr(&m, IA32_PERF_GLOBAL_CTRL, 1 << 32), Ok(UnitWrite::Pmu { counting_started: false }));
+        assert_eq!(units.wrmsr(&m, IA32_PERF_GLOBAL_STATUS, 0), Err(Fault::Gp), "GLOBAL_STATUS is read-only");
+        // DS area, then DEBUGCTL.TR | BTS (bits 6, 7): BTS starts.
+        assert_eq!(units.wrmsr(&m, IA32_DS_AREA, 0x1000), Ok(UnitWrite::DebugStore { debugctl: false, bts_started: false }));
+        let debugctl = (1 << 6) | (1 << 7);
+        assert_eq!(units.wrmsr(&m, IA32_DEBUGCTL, debugctl), Ok(UnitWrite::DebugStore { debugctl: true, bts_started: true }));
+        assert_eq!(units.wrmsr(&m, IA32_DEBUGCTL, 1 << 63), Err(Fault::Gp), "a reserved DEBUGCTL bit");
+        assert_eq!(units.wrmsr(&m, MSR_LBR_TOS, 3), Ok(UnitWrite::Lbr));
+        assert_eq!(units.wrmsr(&m, IA32_RTIT_CTL, 1), Ok(UnitWrite::Other), "Intel PT has its own sequence");
+        assert_eq!(units.wrmsr(&silvermont(), IA32_RTIT_CTL, 0), Err(Fault::Gp), "no Intel PT on Silvermont");
+        let spr = MsrMap { arch_lbr: true, ..skylake() };
+        assert_eq!(units.wrmsr(&spr, MSR_LBR_TOS, 0), Err(Fault::Gp), "no model-specific LBRs with Arch LBR");
+        assert_eq!(units.wrmsr(&spr, crate::arch_lbr::IA32_LBR_DEPTH, 16), Ok(UnitWrite::ArchLbr));
+        assert_eq!(units.wrmsr(&spr, crate::arch_lbr::IA32_LBR_DEPTH, 12), Err(Fault::Gp), "not an enumerated depth");
     }
 }

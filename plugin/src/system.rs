@@ -21,11 +21,11 @@ use crate::{fail, guarded};
 use pttrace_core::block_ring::BlockRing;
 use pttrace_core::vcpu_cell::VcpuCell;
 use pttrace_core::bts::pebs::{self, PebsFormat, PebsOutcome, PebsState};
-use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, DsFormat, IA32_DEBUGCTL, IA32_MISC_ENABLE};
+use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, DsFormat, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::cs_base;
 use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
-use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits};
+use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits, MsrUnitsMut, UnitWrite};
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
@@ -1955,35 +1955,31 @@ impl Shared {
             // The instructions before this WRMSR count under the old configuration; the WRMSR
             // itself retires under the new one (an enabling WRMSR counts, a disabling one not).
             self.count_to(v, ip);
-            let was_active = v.pmu.active();
-            if v.pmu.write(index, value).is_err() {
+        }
+        let mut units = MsrUnitsMut { pmu: &mut v.pmu, lbr: &mut v.lbr, arch_lbr: &mut v.arch_lbr, bts: &mut v.bts };
+        // The context the counters, LBRs and BTS filter on (CPL, mode) is tracked by the retirement
+        // events while something sees blocks; bring it up to date when one of them starts.
+        let starts = match units.wrmsr(&self.msr_map(), index, value) {
+            Err(_) => {
                 Self::raise_gp(v, rcx, rdx);
-            } else if v.pmu.active() && !was_active && !v.tracer.trace_en() && !v.bts.active() {
-                // The CPL the counters filter on is tracked by the retirement events; bring it
-                // up to date when counting starts.
+                if unit == MsrUnit::Pmu {
+                    self.count_cycles(v);
+                }
+                return;
+            }
+            Ok(UnitWrite::Other) => None,
+            Ok(UnitWrite::Pmu { counting_started }) => Some(counting_started && !v.bts.active()),
+            Ok(UnitWrite::Lbr) => Some(false),
+            Ok(UnitWrite::ArchLbr) => Some(self.lbr_recording(v)),
+            Ok(UnitWrite::DebugStore { debugctl, bts_started }) => Some(debugctl && (bts_started || self.lbr_recording(v))),
+        };
+        if let Some(starts) = starts {
+            if starts && !v.tracer.trace_en() {
                 v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
             }
-            self.count_cycles(v);
-            return;
-        }
-        if unit == MsrUnit::Lbr {
-            if v.lbr.write(index, value).is_err() {
-                Self::raise_gp(v, rcx, rdx);
+            if unit == MsrUnit::Pmu {
+                self.count_cycles(v);
             }
-            return;
-        }
-        if unit == MsrUnit::ArchLbr {
-            if v.arch_lbr.write(index, value).is_err() {
-                Self::raise_gp(v, rcx, rdx);
-            } else if self.lbr_recording(v) && !v.tracer.trace_en() {
-                // The CPL the LBRs filter on is tracked by the retirement events; bring it up
-                // to date when recording starts.
-                v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
-            }
-            return;
-        }
-        if unit == MsrUnit::PtAbsent || unit == MsrUnit::LbrAbsent {
-            Self::raise_gp(v, rcx, rdx);
             return;
         }
         if let Some(r) = v.rtit.as_mut().filter(|_| unit == MsrUnit::Rtit) {
@@ -1994,21 +1990,6 @@ impl Shared {
                 Self::raise_gp(v, rcx, rdx);
             }
             self.drain(v);
-            return;
-        }
-        if unit == MsrUnit::DebugStore {
-            let was_active = v.bts.active();
-            if v.bts.write_msr(index, value).is_err() {
-                Self::raise_gp(v, rcx, rdx);
-            } else if index == IA32_DEBUGCTL {
-                // FREEZE_LBRS_ON_PMI / FREEZE_PERFMON_ON_PMI act on the counters.
-                v.pmu.set_debugctl(value);
-                if (v.bts.active() && !was_active || self.lbr_recording(v)) && !v.tracer.trace_en() {
-                    // The context BTS filters on (CPL of branch targets) is tracked by the PT
-                    // tracer's retirement events; bring it up to date when recording starts.
-                    v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
-                }
-            }
             return;
         }
         self.sync_status(v);
