@@ -286,6 +286,13 @@ pub fn classify(bytes: &[u8], ip: u64, bitness: u32) -> Option<ClassifiedInsn> {
     Some(ClassifiedInsn { ip, len: insn.len() as u8, kind, rep_string })
 }
 
+/// The COFI class of `bytes` decoded as `bitness`-bit code (None: not one whole valid
+/// instruction).
+pub fn kind_of_bytes(bytes: &[u8], bitness: u32) -> Option<BranchKind> {
+    let insn = Decoder::new(bitness, bytes, DecoderOptions::NONE).decode();
+    (!insn.is_invalid() && insn.len() == bytes.len()).then(|| kind_of(&insn))
+}
+
 fn kind_of(insn: &Instruction) -> BranchKind {
     match insn.mnemonic() {
         Mnemonic::Syscall => return BranchKind::Far(FarKind::Syscall),

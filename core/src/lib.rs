@@ -5,6 +5,7 @@ mod macros;
 pub mod block_ring;
 pub mod code_img;
 pub mod cs_base;
+pub mod cs_cache;
 pub mod cpuid;
 pub mod msr_map;
 pub mod process_dir;

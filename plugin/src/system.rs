@@ -24,6 +24,7 @@ use pttrace_core::bts::pebs::{self, PebsFormat, PebsOutcome, PebsState};
 use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, DsFormat, IA32_MISC_ENABLE};
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::cs_base;
+use pttrace_core::cs_cache::{self, CsLoad};
 use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
 use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits, MsrUnitsMut, UnitWrite};
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
@@ -328,6 +329,13 @@ struct Vcpu {
     /// The mode an unambiguous block proved, with the (CS, CR0.PE, EFER.LMA) it ran with: valid
     /// until one of them changes (far transfer, interrupt, IRET, MOV CR0, ...).
     proven: Option<(ExecMode, (u64, u64, u64))>,
+    /// IA32_EFER.LMA at the last load of CS seen (`pttrace_core::cs_cache`): code run with
+    /// LMA = 1 under a CS loaded with LMA = 0 is compatibility-mode code.
+    cs_load: CsLoad,
+    /// Blocks may have run unseen (no block callback) since the model last ran one: the
+    /// tracer's context and `cur_modes` may be stale (set when the callbacks go off and at the
+    /// end of a block run while they are off).
+    blind: bool,
     /// The CS base of the descriptor cache (`pttrace_core::cs_base`): established at the first
     /// block that records after CS may have been loaded, kept until the next load (a GDT entry
     /// rewritten in memory or MOV CR0 does not change it), with the selector it was established
@@ -544,11 +552,12 @@ struct LiveCpu<'a> {
     proven: Option<(ExecMode, (u64, u64, u64))>,
     /// The mode before the transfer or event being reported (see `current_context`).
     cached: ExecMode,
+    cs_load: CsLoad,
 }
 
 impl CpuView for LiveCpu<'_> {
     fn context(&mut self) -> Context {
-        current_context(self.regs, self.gdt_base, self.modes, self.proven, self.cached)
+        current_context_after_load(self.regs, self.gdt_base, self.modes, self.proven, self.cached, self.cs_load)
     }
 }
 
@@ -566,6 +575,19 @@ fn current_context(
     modes: ModeSet,
     proven: Option<(ExecMode, (u64, u64, u64))>,
     cached: ExecMode,
+) -> Context {
+    current_context_after_load(regs, gdt_base, modes, proven, cached, CsLoad::default())
+}
+
+/// `current_context`, knowing also IA32_EFER.LMA at the last load of CS (`cs_load`: code run
+/// with LMA = 1 under a CS loaded with LMA = 0 is not 64-bit, `pttrace_core::cs_cache`).
+fn current_context_after_load(
+    regs: &Regs,
+    gdt_base: Option<u64>,
+    modes: ModeSet,
+    proven: Option<(ExecMode, (u64, u64, u64))>,
+    cached: ExecMode,
+    cs_load: CsLoad,
 ) -> Context {
     let cs = regs.get("cs").unwrap_or(0);
     let cr0 = regs.get("cr0").unwrap_or(0);
@@ -585,6 +607,8 @@ fn current_context(
             .map(|desc| ExecMode::from_cs(lma, desc & (1 << 53) != 0, desc & (1 << 54) != 0))
     };
     let proven = proven.filter(|(_, key)| *key == mode_key(regs)).map(|(m, _)| m);
+    // A mode proven since CS was last loaded is better knowledge than the LMA it was loaded with.
+    let modes = if proven.is_some() { modes } else { cs_load.allowed(modes, lma) };
     let mode = choose_mode(descriptor, modes, lma, protected, proven);
     Context { cpl, cr3, mode }
 }
@@ -730,7 +754,7 @@ impl Shared {
         v.cur_modes = info.modes;
         let (key, lma) = mode_key_and_lma(v.mode_regs);
         Self::prove_mode(&mut v.proven, info, key, lma);
-        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode };
+        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode, cs_load: v.cs_load };
         v.flow.block(&mut v.tracer, r.pc, &info.by_mode, v.pc_delta, r.last_started, &mut cpu);
         v.after = info.after(v.tracer.context().mode, v.pc_delta);
         self.block_output(v, may_store);
@@ -820,6 +844,7 @@ impl Shared {
             || p.rdtsc.is_some();
         if !needed {
             // Blocks run unseen from now on: the next one seen cannot follow from this one.
+            v.blind = true;
             v.after = None;
             v.mode_regs = None;
             v.cs_base_valid = false;
@@ -902,6 +927,8 @@ impl Shared {
             cs_base: 0,
             cs_base_sel: u64::MAX,
             cs_base_valid: false,
+            cs_load: CsLoad::default(),
+            blind: true,
             idt_base: None,
             pending: Pending::default(),
             exception_pending: false,
@@ -1114,6 +1141,24 @@ impl Shared {
                     },
                     CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
                 );
+            }
+            if cs_cache::loads_cs(&insns[i].1) {
+                // A far JMP/CALL/RET or IRET in a block the model may not see: it reloads CS
+                // (`on_cs_load`). Runs only while this vCPU's blocks are unseen (the flow sees
+                // the transfer otherwise).
+                // SAFETY: `tb` is the translation being instrumented; index i exists.
+                unsafe {
+                    let handle = qemu_plugin::sys::qemu_plugin_tb_get_insn(crate::tb_ptr(tb), i);
+                    qemu_plugin::sys::qemu_plugin_register_vcpu_insn_exec_cond_cb(
+                        handle,
+                        Some(on_cs_load),
+                        CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
+                        qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_EQ,
+                        self.need_block_cb.0,
+                        0,
+                        std::ptr::null_mut(),
+                    );
+                }
             }
             // Results of the previous instruction's CPUID/RDMSR are patched before this one runs.
             let prev_needs_fixup = i > 0
@@ -1361,8 +1406,13 @@ impl Shared {
         if cs_loaded || v.proven.is_some_and(|(_, k)| k != key) {
             v.proven = None;
         }
+        if cs_loaded && !v.blind {
+            // The far transfer or event the flow is about to report loaded CS with this LMA
+            // (the same on both sides of it).
+            v.cs_load.loaded(lma);
+        }
         Self::prove_mode(&mut v.proven, info, key, lma);
-        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode };
+        let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode, cs_load: v.cs_load };
         if v.bts.active() && !v.bts.dtes64() {
             // The DS format without DTES64 follows IA-32e mode (IA32_EFER.LMA).
             v.bts.set_ia32e(lma);
@@ -1405,7 +1455,8 @@ impl Shared {
         // now, or an event delivered) holds until the next load. Not after a block the flow did
         // not see retire (callbacks were off): the tracer's context may be stale then.
         let loaded_now = delivered || v.flow.stats().far_transfers != far_before;
-        if cs_loaded && loaded_now && v.proven.is_none() && key.1 != 0 {
+        let was_blind = std::mem::replace(&mut v.blind, v.block_cb_flag != Some(true));
+        if cs_cache::may_establish(cs_loaded, loaded_now, was_blind, key.1 != 0) && v.proven.is_none() {
             v.proven = Some((v.tracer.context().mode, key));
         }
         if bts_pmi {
@@ -2120,7 +2171,9 @@ impl Shared {
     /// descriptors, IDTR.base for re-delivering RDPMC's #UD as #GP).
     fn table_base(&self, v: &Vcpu, ip: u64, bytes: &[u8]) -> Option<u64> {
         let cr0 = v.regs.get("cr0").unwrap_or(0);
-        let bitness = match current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode).mode {
+        // The modes of the current block if the model saw it start, else the instruction's own.
+        let modes = cs_cache::operand_modes(v.cur_modes, consistent_modes([bytes]), !v.blind);
+        let bitness = match current_context_after_load(&v.regs, v.gdt_base, modes, v.proven, v.tracer.context().mode, v.cs_load).mode {
             ExecMode::Bit16 => 16,
             ExecMode::Bit32 => 32,
             ExecMode::Bit64 => 64,
@@ -2207,8 +2260,10 @@ impl Shared {
                 }
                 v.tracer.stage_event_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
             }
+            // The event loads CS (the handler's) with the current IA32_EFER.LMA.
+            v.cs_load.loaded(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
             // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
-            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven, cached: v.tracer.context().mode };
+            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven, cached: v.tracer.context().mode, cs_load: v.cs_load };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
             let lbr_on = sh.lbr_recording(v);
             let mut sink = Retire {
@@ -2232,6 +2287,9 @@ impl Shared {
                 sink.pt.stage_ip_base(sh.ip_base(base));
             }
             v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
+            // The event loaded CS (the handler's): a mode proven for the interrupted code is
+            // gone, also when the handler's blocks run unseen.
+            v.proven = None;
             if sink.bts_pmi {
                 Self::deliver_pmi();
             }
@@ -2544,6 +2602,20 @@ extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
 #[inline(never)]
 fn on_block_model(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo, last_started: Option<u64>) {
     guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info, last_started)));
+}
+
+/// A far JMP/CALL/RET or IRET is about to execute while the vCPU's blocks run unseen: CS is
+/// reloaded (the selector may stay the same with another descriptor), so a mode proven for it
+/// is gone, and CS is loaded with the current IA32_EFER.LMA (`pttrace_core::cs_cache`).
+extern "C" fn on_cs_load(vcpu: VCPUIndex, _: *mut std::ffi::c_void) {
+    if let Some(sh) = SHARED.get() {
+        guarded("CS load", || {
+            sh.with_vcpu(vcpu, |_, v| {
+                v.proven = None;
+                v.cs_load.loaded(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
+            })
+        });
+    }
 }
 
 /// The per-instruction PEBS callback (user data: the instruction's address at translation).
