@@ -35,7 +35,8 @@
 //! with the same page offset), so fix-up successors are kept by page offset: a few more blocks
 //! than needed get the conditional callback, never fewer.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long every vCPU must have needed no blocks before the translations go light again.
@@ -75,14 +76,16 @@ pub(crate) struct Instrumentation {
     pinned: AtomicBool,
     /// Per vCPU (bit = index): needs to see blocks.
     needs_blocks: AtomicU64,
-    /// Per vCPU: when it last had a fix-up pending outside IA-32e mode. Another vCPU's mark
-    /// keeps the translations full for `LIGHT_AFTER` (until the block after its instruction has
-    /// surely run).
-    legacy: parking_lot::Mutex<[Option<Instant>; 64]>,
+    /// Per vCPU: when it last had a fix-up pending outside IA-32e mode (`Clock` nanoseconds,
+    /// 0: never). Another vCPU's mark keeps the translations full for `LIGHT_AFTER` (until the
+    /// block after its instruction has surely run).
+    legacy: [AtomicU64; 64],
     /// Host time spent light and full (PTTRACE_STATS), from the last switch.
     spent: parking_lot::Mutex<(Duration, Duration, Option<Instant>)>,
-    /// When the last vCPU stopped needing blocks.
-    quiet_since: parking_lot::Mutex<Option<Instant>>,
+    /// When the last vCPU stopped needing blocks (`Clock` nanoseconds, 0: not since start).
+    quiet_since: AtomicU64,
+    /// PTTRACE_STATS, read at start: 1 prints a summary at exit, 2 also each switch.
+    stats: AtomicU8,
     /// Translation flushes requested (`qemu_plugin_reset`), and for which reason.
     flushes_light: AtomicU64,
     flushes_full: AtomicU64,
@@ -96,8 +99,9 @@ pub(crate) static INSTRUMENTATION: Instrumentation = Instrumentation {
     plugin_id: AtomicU64::new(0),
     pinned: AtomicBool::new(false),
     needs_blocks: AtomicU64::new(0),
-    legacy: parking_lot::Mutex::new([None; 64]),
-    quiet_since: parking_lot::Mutex::new(None),
+    legacy: [const { AtomicU64::new(0) }; 64],
+    quiet_since: AtomicU64::new(0),
+    stats: AtomicU8::new(0),
     spent: parking_lot::Mutex::new((Duration::ZERO, Duration::ZERO, None)),
     flushes_light: AtomicU64::new(0),
     flushes_full: AtomicU64::new(0),
@@ -112,13 +116,16 @@ impl Instrumentation {
         self.plugin_id.store(id, Ordering::Relaxed);
         let forced = std::env::var_os("PTTRACE_LIGHT").is_some_and(|v| v == "0");
         self.pinned.store(pinned || forced, Ordering::Relaxed);
+        let stats = std::env::var("PTTRACE_STATS").ok().and_then(|v| v.parse::<u8>().ok()).unwrap_or(0);
+        self.stats.store(stats, Ordering::Relaxed);
+        clock_ns();
         self.full.store(true, Ordering::Relaxed);
         self.spent.lock().2 = Some(Instant::now());
     }
 
     /// Accounts the time since the last switch to the level that ends now (`was_full`).
     fn switched(&self, was_full: bool) {
-        if std::env::var_os("PTTRACE_STATS").is_some_and(|v| v == "2") {
+        if self.stats.load(Ordering::Relaxed) >= 2 {
             eprintln!("pttrace: {:?} -> {} needs={:x}", self.spent.lock().2.map(|t| t.elapsed()), if was_full { "light" } else { "full" }, self.needs_blocks.load(Ordering::Relaxed));
         }
         let mut spent = self.spent.lock();
@@ -164,31 +171,34 @@ impl Instrumentation {
         if vcpu >= 64 {
             self.pinned.store(true, Ordering::Relaxed);
         }
+        if self.pinned.load(Ordering::Relaxed) {
+            return; // full for the whole run: nothing to decide
+        }
         let bit = 1u64 << (vcpu % 64);
         let was_needed = if needs_blocks {
             self.needs_blocks.fetch_or(bit, Ordering::Relaxed)
         } else {
             self.needs_blocks.fetch_and(!bit, Ordering::Relaxed)
         } & bit != 0;
-        let now = Instant::now();
-        let others_legacy = {
-            let mut legacy = self.legacy.lock();
-            legacy[(vcpu % 64) as usize] = legacy_fixup.then_some(now);
-            legacy.iter().any(|t| t.is_some_and(|t| now - t < LIGHT_AFTER))
-        };
+        let now = clock_ns();
+        let after = LIGHT_AFTER.as_nanos() as u64;
+        self.legacy[(vcpu % 64) as usize].store(if legacy_fixup { now } else { 0 }, Ordering::Relaxed);
         if needs_blocks || legacy_fixup {
             self.go_full();
             return;
         }
         let quiet = self.needs_blocks.load(Ordering::Relaxed) == 0;
-        let mut since = self.quiet_since.lock();
         if was_needed && quiet {
-            *since = Some(now);
+            self.quiet_since.store(now, Ordering::Relaxed);
         }
-        if !self.full() || self.pinned.load(Ordering::Relaxed) || !quiet || others_legacy {
+        if !self.full() || !quiet {
             return;
         }
-        if since.is_none_or(|t| now - t >= LIGHT_AFTER) {
+        let recent = |t: u64| t != 0 && now - t < after;
+        if self.legacy.iter().any(|t| recent(t.load(Ordering::Relaxed))) {
+            return;
+        }
+        if !recent(self.quiet_since.load(Ordering::Relaxed)) {
             self.full.store(false, Ordering::Relaxed);
             self.switched(true);
             self.flushes_light.fetch_add(1, Ordering::Relaxed);
@@ -204,9 +214,9 @@ impl Instrumentation {
         }
     }
 
-    /// With PTTRACE_STATS=1, at exit: what the instrumentation did.
+    /// With PTTRACE_STATS=1 or 2, at exit: what the instrumentation did.
     pub(crate) fn report(&self) {
-        if std::env::var_os("PTTRACE_STATS").is_some_and(|v| v == "1") {
+        if self.stats.load(Ordering::Relaxed) != 0 {
             self.switched(self.full());
             let (light, full, _) = *self.spent.lock();
             eprintln!(
@@ -225,6 +235,12 @@ impl Instrumentation {
         // `on_reset` is a plain function valid for the plugin's lifetime.
         unsafe { qemu_plugin::sys::qemu_plugin_reset(self.plugin_id.load(Ordering::Relaxed), Some(on_reset)) };
     }
+}
+
+/// Nanoseconds since the first call (at `start`), at least 1: 0 means "never" in the marks.
+fn clock_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
 }
 
 /// QEMU has flushed the translations and removed the plugin's callbacks (every vCPU stopped):
