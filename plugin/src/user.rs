@@ -6,6 +6,7 @@ use crate::guest;
 use crate::output::{FileKey, Output};
 use crate::{fail, forked_child, guarded, FORKED_CHILD};
 use parking_lot::{Mutex, RwLock};
+use pttrace_core::model_placement::{ModelPlacement, Placement};
 use pttrace_core::insn_class::{classify, BranchKind, ClassifiedInsn};
 use pttrace_core::options::{Options, TraceKind};
 use pttrace_core::pt::tracer::{Context, Tracer};
@@ -33,6 +34,10 @@ struct Slot {
     /// The block the vCPU was about to run when it parked for a fatal signal (0: none): its
     /// trace ends with an interrupt there (`UserFlow::stopped_at`).
     stopped_at: std::sync::atomic::AtomicU64,
+    /// Where this vCPU's recorded blocks run through the model (`model_placement`); only the
+    /// owning thread decides, at `make_room`. `on_vcpu`: the encoder thread leaves the ring alone.
+    placement: Mutex<ModelPlacement>,
+    on_vcpu: std::sync::atomic::AtomicBool,
 }
 
 /// The executed blocks of one vCPU not yet run through the model (issue 13): a circular
@@ -252,6 +257,19 @@ struct Totals {
 
 pub static SHARED: OnceLock<Shared> = OnceLock::new();
 
+/// Wall-clock nanoseconds since the first call (model placement samples).
+fn wall_ns() -> u64 {
+    static BASE: OnceLock<std::time::Instant> = OnceLock::new();
+    BASE.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
+/// CPU time of the calling thread (None if the clock is unavailable).
+fn thread_cpu_ns() -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill.
+    (unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// This process's id, and its parent's if it is a traced forked child (0 for the root process).
 static PID: AtomicU32 = AtomicU32::new(0);
 static PPID: AtomicU32 = AtomicU32::new(0);
@@ -342,7 +360,8 @@ impl Shared {
             ring.saw_tail(head);
             return false;
         }
-        if full(tail) && self.encoder.load(Ordering::Relaxed) && slot.state.is_locked() {
+        let beside = self.encoder.load(Ordering::Relaxed) && self.place_model(slot);
+        if full(tail) && beside && slot.state.is_locked() {
             let start = std::time::Instant::now();
             'wait: while start.elapsed() < WAIT_FOR_ENCODER {
                 for _ in 0..16 {
@@ -363,6 +382,26 @@ impl Shared {
         true
     }
 
+    /// A checkpoint of `slot`'s model placement (its owner's thread, every RING blocks or so):
+    /// true while the encoder thread runs its recorded blocks. PTTRACE_ENCODER=2 keeps them
+    /// beside the vCPU whatever the share of CPU time (for measurements).
+    fn place_model(&self, slot: &Slot) -> bool {
+        static ADAPT: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::env::var_os("PTTRACE_ENCODER").is_none_or(|v| v != "2"));
+        if !*ADAPT {
+            return true;
+        }
+        let now = wall_ns();
+        let mut p = slot.placement.lock();
+        let cpu = if p.wants_cpu_time(now) { thread_cpu_ns() } else { None };
+        if let Some(to) = p.at(now, cpu) {
+            slot.on_vcpu.store(to == Placement::OnVcpu, Ordering::Relaxed);
+            if std::env::var_os("PTTRACE_STATS").is_some() {
+                eprintln!("pttrace: model placement {to:?}");
+            }
+        }
+        p.placement() == Placement::Beside
+    }
+
     /// The encoder thread (issue 13): runs the vCPUs' recorded blocks through the model while
     /// they keep executing, CHUNK blocks at a time under each slot's lock, so the model's work
     /// overlaps the guest's on a second host CPU. It never waits for a vCPU (try_lock); it reads
@@ -372,8 +411,12 @@ impl Shared {
         let mut backoff = pttrace_core::block_ring::ConsumerBackoff::default();
         loop {
             let n = self.n_slots.load(Ordering::Relaxed).min(self.vcpus.len());
-            let mut worked = false;
+            let (mut worked, mut eligible) = (false, false);
             for slot in &self.vcpus[..n] {
+                if slot.on_vcpu.load(Ordering::Relaxed) {
+                    continue;
+                }
+                eligible = true;
                 let ring = &slot.ring;
                 if ring.head.load(Ordering::Relaxed).wrapping_sub(ring.tail.load(Ordering::Relaxed)) >= CHUNK {
                     if let Some(mut state) = slot.state.try_lock() {
@@ -381,6 +424,11 @@ impl Shared {
                         worked = true;
                     }
                 }
+            }
+            if !eligible && n > 0 {
+                // Every vCPU runs its own blocks (model_placement): nothing to poll for a while.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                continue;
             }
             backoff.after_pass(worked);
         }
@@ -1262,6 +1310,8 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
             .map(|_| Slot {
                 in_block: std::sync::atomic::AtomicBool::new(false),
                 stopped_at: std::sync::atomic::AtomicU64::new(0),
+                placement: Mutex::new(ModelPlacement::default()),
+                on_vcpu: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(None),
                 ring: Ring {
                     entries: AtomicPtr::new(std::ptr::null_mut()),
