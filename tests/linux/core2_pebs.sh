@@ -41,7 +41,7 @@ perf record -q -e instructions:up -c 10007 -o p.data calls 100000 >/dev/null; pe
 # workload's status: 139 when it died of SIGSEGV), the kernel must report no segfault, and every
 # sample IP must be an instruction of the binary. (Before RDPMC's completion kept the status
 # flags and DF out of QEMU's EFLAGS word, a ZF leaked into the next NMI frame, a JA in
-# __strcmp_sse2 went the wrong way and the process died at 42f5e0, 4 of 4 runs: README "Core 2
+# __strcmp_sse2 went the wrong way and the process died at 42f5e0, 6 of 7 runs: README "Core 2
 # profile", guest t_pmu_count.)
 dmesg -c >/dev/null; perf record -q -e cycles:up -c 100003 -o c.data calls 100000 >/dev/null && perf script -i c.data -F ip,sym 2>/dev/null | awk -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
 ! dmesg | grep -i -E 'segfault|general protection|traps:'
