@@ -12,6 +12,7 @@ pub mod msr_map;
 pub mod process_dir;
 pub mod guest_mem;
 pub mod idt;
+pub mod rflags;
 pub mod phys_map;
 pub mod insn_class;
 pub mod pt;

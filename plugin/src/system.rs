@@ -2111,7 +2111,9 @@ impl Shared {
             return RdpmcOutcome::Unchanged;
         }
         v.regs.set("rsp", old_rsp);
-        v.regs.set("eflags", rflags);
+        // The frame's status flags and DF are still TCG's lazy state (the delivery did not
+        // change it); only the system flags go back into the EFLAGS word (`core::rflags`).
+        v.regs.set("eflags", pttrace_core::rflags::tcg_eflags_word(rflags));
         v.regs.set("rip", resume);
         v.regs.set("rax", value & 0xFFFF_FFFF);
         v.regs.set("rdx", value >> 32);

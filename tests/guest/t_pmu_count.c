@@ -32,6 +32,10 @@
 uint64_t pmu_on;
 uint64_t pmu_user_n;
 uint64_t rdpmc_mid, rdmsr_mid;
+/* RFLAGS right after a ring-0 RDPMC run with CF, PF, ZF and DF set, and after the code then
+ * cleared them (pmu_rdpmc_flags_k). */
+uint64_t rdpmc_flags_after, rdpmc_flags_later;
+extern void pmu_rdpmc_flags_k(void);
 
 /* pmu_loop(n): enable, n x (dec; jnz), disable. Counted: wrmsr, mov, 2n, xor, xor, mov = 2n + 5
  * instructions; n conditional branches, n - 1 taken, 1 not taken (mispredicted: backward). */
@@ -170,7 +174,23 @@ asm(".text\n"
     "  ret\n"
     "6: mov $-1, %rax\n"
     "  ret\n"
-    EXTABLE_ENTRY(5b, 6b));
+    EXTABLE_ENTRY(5b, 6b)
+    ".globl pmu_rdpmc_flags_k\n"
+    "pmu_rdpmc_flags_k:\n"
+    "  xor %ecx, %ecx\n"
+    "  stc\n"
+    "  std\n"
+    "  rdpmc\n"
+    "  pushf\n"
+    "  pop %rax\n"
+    "  cld\n"
+    "  mov $1, %ecx\n"
+    "  add $1, %ecx\n"
+    "  pushf\n"
+    "  pop %rdx\n"
+    "  mov %rax, rdpmc_flags_after(%rip)\n"
+    "  mov %rdx, rdpmc_flags_later(%rip)\n"
+    "  ret\n");
 
 static void clear_counters(void)
 {
@@ -336,6 +356,14 @@ static void check_faults_rep_and_rdpmc_rules(void)
     wrmsr(IA32_FIXED_CTR0 + 2, 0x123456789ull);
     ASSERT_EQ(pmu_rdpmc_k(0x40000002), 0x123456789ull);
     ASSERT_EQ(pmu_rdpmc_k(0xC0000002), 0x23456789ull); /* fast read: low 32 bits */
+    /* RDPMC changes no flag, and its completion (QEMU's #UD undone) leaves none behind: PUSHF
+     * after the code cleared CF, PF, ZF and DF shows them clear. (Written back as the #UD frame
+     * held them, they stayed in every later RFLAGS image: in the Linux guest an NMI after the
+     * handler's RDPMC returned to user code with ZF = 1, README "Core 2 profile".) */
+    pmu_rdpmc_flags_k();
+    printf("RFLAGS after RDPMC %lx, after clearing the status flags and DF %lx\n", rdpmc_flags_after, rdpmc_flags_later);
+    ASSERT_EQ(rdpmc_flags_after & 0xCD5, 0x445);
+    ASSERT_EQ(rdpmc_flags_later & 0xCD5, 0);
     /* Ring 3: CR4.PCE = 1 allows it, CR4.PCE = 0 is #GP(0). */
     clear_counters();
     wrmsr(IA32_PERFEVTSEL0, 0x00C0 | EVT_USR | EVT_EN);

@@ -36,9 +36,14 @@ perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk 
 # the record's RIP, the instruction after the triggering one (trap-like): exactly
 # floor(instructions:u / 10008) samples walking through every instruction of the loop.
 perf record -q -e instructions:up -c 10007 -o p.data calls 100000 >/dev/null; perf script -i p.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -v expect="$((ni / 10008))" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
-# cycles:up (Linux's Core 2 alias, INST_RETIRED.ANY_P with INV and CMASK = 16 on PMC0) is not
-# checked: an open defect (README "Core 2 profile"): in 4 of 4 runs on 2026-11-27 a process of the
-# run died with "Segmentation fault" and a sample IP (42f5e0 in __strcmp_sse42) was outside the
-# binary's instruction list, with the plugin build of the helper branch as with main.
+# cycles:up: Linux's Core 2 alias, INST_RETIRED.ANY_P with INV and CMASK = 16 on PMC0 (every
+# cycle, from the emulated clock). The run must end normally (perf record passes on the
+# workload's status: 139 when it died of SIGSEGV), the kernel must report no segfault, and every
+# sample IP must be an instruction of the binary. (Before RDPMC's completion kept the status
+# flags and DF out of QEMU's EFLAGS word, a ZF leaked into the next NMI frame, a JA in
+# __strcmp_sse2 went the wrong way and the process died at 42f5e0, 6 of 7 runs: README "Core 2
+# profile", guest t_pmu_count.)
+dmesg -c >/dev/null; perf record -q -e cycles:up -c 100003 -o c.data calls 100000 >/dev/null && perf script -i c.data -F ip,sym 2>/dev/null | awk -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
+! dmesg | grep -i -E 'segfault|general protection|traps:'
 GUEST
 LINUX_GUEST_TIMEOUT=${LINUX_GUEST_TIMEOUT:-600} bash "$top/scripts/linux-guest/run.sh" "$script" -plugin "$plugin,profile=core2,pebs=1" "$@"
