@@ -375,7 +375,16 @@ impl Shared {
             }
         }
         if full(tail) {
-            self.drain_own(slot);
+            if beside {
+                // Time asleep on the lock the encoder holds is not time lost to other threads
+                // (`model_placement`).
+                let start = std::time::Instant::now();
+                let mut state = slot.state.lock();
+                slot.placement.lock().waited(start.elapsed().as_nanos() as u64);
+                self.drain(&slot.ring, state.as_mut());
+            } else {
+                self.drain_own(slot);
+            }
             tail = head;
         }
         ring.saw_tail(tail);
