@@ -6,9 +6,11 @@
 //!
 //! What the model supports is what [`ArchLbrCaps::SAPPHIRE_RAPIDS`] enumerates: depths 8, 16, 24
 //! and 32, CPL filtering, branch-type filtering, call-stack mode, the mispredict bit (from the
-//! static predictor BTS's predicted flag uses, `bts::prediction`) and the branch type field.
-//! Not enumerated, because not modelled: timed LBRs (cycle counts, CPUID.1CH:ECX[1]), the deep
-//! C-state reset (EAX[30]) and the event-logging fields of newer parts.
+//! static predictor BTS's predicted flag uses, `bts::prediction`), the branch type field and timed
+//! LBRs (CPUID.1CH:ECX[1]: IA32_LBR_x_INFO[15:0] CYC_CNT with [60] CYC_CNT_VALID, counted from the
+//! emulated core clock as the model-specific LBRs' `crate::lbr::CycleCount`).
+//! Not enumerated, because not modelled: the deep C-state reset (EAX[30]) and the event-logging
+//! fields of newer parts.
 
 use crate::insn_class::BranchKind;
 use crate::pt::msr::Fault;
@@ -60,8 +62,8 @@ impl ArchLbrCaps {
         let eax = u32::from(self.depth_bitmap) | (1 << 31);
         // EBX[0] CPL filtering, [1] branch filtering, [2] call-stack mode.
         let ebx = 0b111;
-        // ECX[0] mispredict bit, [1] timed LBRs = 0 (no cycle counts), [2] branch type field.
-        let ecx = 0b101;
+        // ECX[0] mispredict bit, [1] timed LBRs (CYC_CNT), [2] branch type field.
+        let ecx = 0b111;
         [eax, ebx, ecx, 0]
     }
 }
@@ -151,8 +153,19 @@ impl LbrInfo {
     reg_flag!(mispred, set_mispred, 63, "[63] MISPRED: the branch target or direction was mispredicted");
     reg_flag!(in_tsx, set_in_tsx, 62, "[62] IN_TSX (no TSX: 0)");
     reg_flag!(tsx_abort, set_tsx_abort, 61, "[61] TSX_ABORT (no TSX: 0)");
-    reg_flag!(cyc_cnt_valid, set_cyc_cnt_valid, 60, "[60] CYC_CNT_VALID (no timed LBRs: 0)");
+    reg_flag!(cyc_cnt_valid, set_cyc_cnt_valid, 60, "[60] CYC_CNT_VALID: CYC_CNT holds a count");
     reg_field!(br_type, set_br_type, 56, 4, "[59:56] BR_TYPE");
+
+    /// [15:0] CYC_CNT: core clocks since the previous update of the records (saturating).
+    pub fn cyc_cnt(self) -> u64 {
+        self.0 & 0xFFFF
+    }
+
+    /// [15:0] CYC_CNT (values wider than the field are truncated to it).
+    pub fn set_cyc_cnt(&mut self, v: u64) -> &mut Self {
+        self.0 = (self.0 & !0xFFFF) | (v & 0xFFFF);
+        self
+    }
 }
 
 /// The Arch LBR state of one logical processor.
@@ -166,12 +179,13 @@ pub struct ArchLbr {
     info: [u64; MAX_DEPTH],
     /// The ring slot of record 0 (the youngest); record x is slot (tos - x) mod depth.
     tos: usize,
+    cycles: crate::lbr::CycleCount,
 }
 
 impl ArchLbr {
     /// After RESET: IA32_LBR_CTL = 0, IA32_LBR_DEPTH = the deepest supported, records 0.
     pub fn new(caps: ArchLbrCaps) -> ArchLbr {
-        ArchLbr { caps, ctl: LbrCtl(0), depth: caps.max_depth(), from: [0; MAX_DEPTH], to: [0; MAX_DEPTH], info: [0; MAX_DEPTH], tos: 0 }
+        ArchLbr { caps, ctl: LbrCtl(0), depth: caps.max_depth(), from: [0; MAX_DEPTH], to: [0; MAX_DEPTH], info: [0; MAX_DEPTH], tos: 0, cycles: crate::lbr::CycleCount::default() }
     }
 
     pub fn ctl(&self) -> LbrCtl {
@@ -254,21 +268,25 @@ impl ArchLbr {
         Ok(())
     }
 
-    /// Every record reads 0 (a write of IA32_LBR_DEPTH).
+    /// Every record reads 0 (a write of IA32_LBR_DEPTH); the next record has no previous
+    /// update to count cycles from.
     fn clear(&mut self) {
         self.from = [0; MAX_DEPTH];
         self.to = [0; MAX_DEPTH];
         self.info = [0; MAX_DEPTH];
         self.tos = 0;
+        self.cycles.reset();
     }
 
     /// A taken transfer `from` -> `to` of class `kind` (None: interrupt or exception) ending at
-    /// privilege `cpl` retired while IA32_LBR_CTL.LBREn = 1 and the LBRs are not frozen.
-    pub fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool) {
+    /// privilege `cpl` retired while IA32_LBR_CTL.LBREn = 1 and the LBRs are not frozen, the
+    /// core clock reading `clock`.
+    pub fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool, clock: u64) {
         let Some(ty) = BrType::of(kind) else { return };
         if !self.ctl.lbr_en() || !self.ctl.captures(ty, cpl) {
             return;
         }
+        let cyc_cnt = self.cycles.update(clock);
         if self.ctl.call_stack() && ty == BrType::NearRet {
             // Call-stack mode: a near return pops the youngest record (the call it returns
             // from) instead of being recorded; the popped record becomes the oldest slot of
@@ -281,6 +299,9 @@ impl ArchLbr {
         self.to[self.tos] = to;
         let mut info = LbrInfo(0);
         info.set_mispred(mispredicted).set_br_type(ty as u8);
+        if let Some(c) = cyc_cnt {
+            info.set_cyc_cnt_valid(true).set_cyc_cnt(c);
+        }
         self.info[self.tos] = info.0;
     }
 
@@ -294,8 +315,8 @@ impl ArchLbr {
 }
 
 impl crate::lbr::BranchRecorder for ArchLbr {
-    fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool) {
-        ArchLbr::record(self, kind, from, to, cpl, mispredicted)
+    fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool, clock: u64) {
+        ArchLbr::record(self, kind, from, to, cpl, mispredicted, clock)
     }
 }
 
@@ -318,7 +339,7 @@ mod tests {
     #[test]
     fn sapphire_rapids_leaf_1ch_enumerates_depths_8_to_32_filters_call_stack_mispred_and_type() {
         let c = ArchLbrCaps::SAPPHIRE_RAPIDS;
-        assert_eq!(c.cpuid_1c(), [0x8000_000F, 0b111, 0b101, 0]);
+        assert_eq!(c.cpuid_1c(), [0x8000_000F, 0b111, 0b111, 0]);
         assert_eq!(c.max_depth(), 32);
         let ok: Vec<u64> = (0..=80).filter(|&d| c.supports_depth(d)).collect();
         assert_eq!(ok, [8, 16, 24, 32]);
@@ -338,7 +359,7 @@ mod tests {
         let mut l = spr();
         assert_eq!(l.read(IA32_LBR_DEPTH), Ok(32));
         assert_eq!(l.read(IA32_LBR_CTL), Ok(0));
-        l.record(JCC, 0x10, 0x20, 3, false);
+        l.record(JCC, 0x10, 0x20, 3, false, 0);
         assert_eq!(l.read(IA32_LBR_0_FROM_IP), Ok(0));
     }
 
@@ -347,15 +368,16 @@ mod tests {
         let mut l = spr();
         l.write(IA32_LBR_CTL, EN_ALL).unwrap();
         for i in 0..40u64 {
-            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, i == 39);
+            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, i == 39, i * i); // the clock reads i^2
         }
         for x in 0..32u32 {
             let i = 39 - u64::from(x);
             assert_eq!(l.read(IA32_LBR_0_FROM_IP + x), Ok(0x1000 + i));
             assert_eq!(l.read(IA32_LBR_0_TO_IP + x), Ok(0x2000 + i));
         }
-        assert_eq!(l.read(IA32_LBR_0_INFO), Ok(1 << 63), "MISPRED, BR_TYPE 0000B COND");
-        assert_eq!(l.read(IA32_LBR_0_INFO + 1), Ok(0));
+        // CYC_CNT of record i: i^2 - (i-1)^2 = 2i - 1 clocks, CYC_CNT_VALID.
+        assert_eq!(l.read(IA32_LBR_0_INFO), Ok((1 << 63) | (1 << 60) | 77), "MISPRED, BR_TYPE 0000B COND, 77 cycles");
+        assert_eq!(l.read(IA32_LBR_0_INFO + 1), Ok((1 << 60) | 75));
     }
 
     #[test]
@@ -374,12 +396,12 @@ mod tests {
             (None, 8),
         ];
         for (i, (k, _)) in kinds.iter().enumerate() {
-            l.record(*k, i as u64 + 1, 0x100, 0, false);
+            l.record(*k, i as u64 + 1, 0x100, 0, false, 0);
         }
         for (i, (_, ty)) in kinds.iter().rev().enumerate() {
             assert_eq!(l.read(IA32_LBR_0_INFO + i as u32).map(|v| LbrInfo(v).br_type()), Ok(*ty), "record {i}");
         }
-        l.record(Some(BranchKind::None), 0x5, 0x6, 0, false);
+        l.record(Some(BranchKind::None), 0x5, 0x6, 0, false, 0);
         assert_eq!(l.read(IA32_LBR_0_FROM_IP), Ok(kinds.len() as u64), "not a branch");
     }
 
@@ -387,13 +409,15 @@ mod tests {
     fn cpl_filter_records_by_the_ring_a_branch_ends_in() {
         let mut l = spr();
         l.write(IA32_LBR_CTL, 1 | 4 | LbrCtl::ALL_TYPES).unwrap(); // USR only
-        l.record(CALL, 0x401000, 0x401100, 3, false);
-        l.record(None, 0x401105, 0xFFFF_FFFF_8100_0000, 0, true); // interrupt into ring 0
+        l.record(CALL, 0x401000, 0x401100, 3, false, 1000);
+        l.record(None, 0x401105, 0xFFFF_FFFF_8100_0000, 0, true, 1500); // interrupt into ring 0
+        // The first record since RESET: no cycle count (CYC_CNT_VALID = 0).
         assert_eq!(l.entries().next(), Some((0x401000, 0x401100, 4 << 56)));
-        l.record(Some(BranchKind::Far(FarKind::Iret)), 0xFFFF_FFFF_8100_0100, 0x401105, 3, true);
-        assert_eq!(l.entries().next(), Some((0xFFFF_FFFF_8100_0100, 0x401105, (1 << 63) | (8 << 56))));
+        l.record(Some(BranchKind::Far(FarKind::Iret)), 0xFFFF_FFFF_8100_0100, 0x401105, 3, true, 1800);
+        // A filtered branch is no update of the records: 800 cycles since the CALL.
+        assert_eq!(l.entries().next(), Some((0xFFFF_FFFF_8100_0100, 0x401105, (1 << 63) | (8 << 56) | (1 << 60) | 800)));
         l.write(IA32_LBR_CTL, 1 | 2 | LbrCtl::ALL_TYPES).unwrap(); // OS only
-        l.record(JCC, 0x401200, 0x401300, 3, false);
+        l.record(JCC, 0x401200, 0x401300, 3, false, 0);
         assert_eq!(l.entries().next().unwrap().0, 0xFFFF_FFFF_8100_0100);
     }
 
@@ -402,18 +426,18 @@ mod tests {
         let mut l = spr();
         // COND and NEAR_REL_CALL only.
         l.write(IA32_LBR_CTL, 1 | 6 | (1 << 16) | (1 << 19)).unwrap();
-        l.record(JCC, 0x10, 0x20, 3, false);
-        l.record(JMP, 0x30, 0x40, 3, false);
-        l.record(ICALL, 0x50, 0x60, 3, false);
-        l.record(CALL, 0x70, 0x80, 3, false);
-        l.record(RET, 0x90, 0xA0, 3, false);
-        l.record(Some(BranchKind::Far(FarKind::Sysret)), 0xB0, 0xC0, 3, false);
+        l.record(JCC, 0x10, 0x20, 3, false, 0);
+        l.record(JMP, 0x30, 0x40, 3, false, 0);
+        l.record(ICALL, 0x50, 0x60, 3, false, 0);
+        l.record(CALL, 0x70, 0x80, 3, false, 0);
+        l.record(RET, 0x90, 0xA0, 3, false, 0);
+        l.record(Some(BranchKind::Far(FarKind::Sysret)), 0xB0, 0xC0, 3, false, 0);
         let e: Vec<_> = l.entries().take(3).map(|e| e.0).collect();
         assert_eq!(e, [0x70, 0x10, 0]);
         let mut only_other = spr();
         only_other.write(IA32_LBR_CTL, 1 | 6 | (1 << 22)).unwrap();
-        only_other.record(RET, 0x90, 0xA0, 3, false);
-        only_other.record(Some(BranchKind::Far(FarKind::Sysret)), 0xB0, 0xC0, 3, false);
+        only_other.record(RET, 0x90, 0xA0, 3, false, 0);
+        only_other.record(Some(BranchKind::Far(FarKind::Sysret)), 0xB0, 0xC0, 3, false, 0);
         assert_eq!(only_other.entries().next().unwrap().0, 0xB0);
         assert_eq!(only_other.entries().nth(1).unwrap().0, 0);
     }
@@ -423,15 +447,15 @@ mod tests {
         let mut l = spr();
         // Linux's call-stack mode: USR, CALL_STACK, NEAR_REL_CALL | NEAR_IND_CALL | NEAR_RET.
         l.write(IA32_LBR_CTL, 1 | 4 | 8 | (1 << 19) | (1 << 20) | (1 << 21)).unwrap();
-        l.record(CALL, 0x100, 0x1000, 3, false); // main -> a
-        l.record(JCC, 0x1004, 0x1010, 3, false); // filtered
-        l.record(ICALL, 0x1020, 0x2000, 3, false); // a -> b
-        l.record(RET, 0x2010, 0x1025, 3, false); // b returns: pops a -> b
-        l.record(CALL, 0x1030, 0x3000, 3, false); // a -> c
+        l.record(CALL, 0x100, 0x1000, 3, false, 0); // main -> a
+        l.record(JCC, 0x1004, 0x1010, 3, false, 0); // filtered
+        l.record(ICALL, 0x1020, 0x2000, 3, false, 0); // a -> b
+        l.record(RET, 0x2010, 0x1025, 3, false, 0); // b returns: pops a -> b
+        l.record(CALL, 0x1030, 0x3000, 3, false, 0); // a -> c
         let e: Vec<_> = l.entries().take(2).map(|e| (e.0, e.1)).collect();
         assert_eq!(e, [(0x1030, 0x3000), (0x100, 0x1000)]);
-        l.record(RET, 0x3010, 0x1035, 3, false);
-        l.record(RET, 0x1040, 0x105, 3, false);
+        l.record(RET, 0x3010, 0x1035, 3, false, 0);
+        l.record(RET, 0x1040, 0x105, 3, false, 0);
         assert_eq!(l.entries().next().map(|e| e.0), Some(0), "empty stack");
     }
 
@@ -440,7 +464,7 @@ mod tests {
         let mut l = spr();
         l.write(IA32_LBR_CTL, EN_ALL).unwrap();
         for i in 0..20u64 {
-            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, false);
+            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, false, 0);
         }
         for bad in [0, 7, 12, 40, 64, 1 << 32 | 16] {
             assert_eq!(l.write(IA32_LBR_DEPTH, bad), Err(Fault::Gp), "depth {bad:#x}");
@@ -454,7 +478,7 @@ mod tests {
         assert_eq!(l.read(IA32_LBR_0_FROM_IP + 16), Err(Fault::Gp));
         assert_eq!(l.write(IA32_LBR_0_TO_IP + 16, 0), Err(Fault::Gp));
         for i in 0..17u64 {
-            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, false);
+            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, false, 0);
         }
         assert_eq!(l.read(IA32_LBR_0_FROM_IP + 15), Ok(0x1001));
     }
@@ -463,9 +487,9 @@ mod tests {
     fn clearing_lbren_stops_recording_and_keeps_the_records() {
         let mut l = spr();
         l.write(IA32_LBR_CTL, EN_ALL).unwrap();
-        l.record(CALL, 0x10, 0x20, 3, false);
+        l.record(CALL, 0x10, 0x20, 3, false, 0);
         l.write(IA32_LBR_CTL, EN_ALL & !1).unwrap();
-        l.record(CALL, 0x30, 0x40, 3, false);
+        l.record(CALL, 0x30, 0x40, 3, false, 0);
         assert_eq!(l.read(IA32_LBR_0_FROM_IP), Ok(0x10));
         l.write(IA32_LBR_CTL, EN_ALL).unwrap();
         assert_eq!(l.read(IA32_LBR_0_TO_IP), Ok(0x20));
@@ -488,5 +512,39 @@ mod tests {
         assert!(ArchLbr::owns(IA32_LBR_0_INFO + 63) && !ArchLbr::owns(IA32_LBR_0_INFO + 64));
         assert_eq!(l.read(IA32_LBR_0_INFO + 32), Err(Fault::Gp), "beyond the maximum depth");
         assert!(!ArchLbr::owns(0x14D0));
+    }
+
+    #[test]
+    fn timed_lbrs_count_cycles_since_the_previous_record_with_cyc_cnt_valid_and_saturate() {
+        let mut l = spr();
+        l.write(IA32_LBR_CTL, EN_ALL).unwrap();
+        let clocks = [7_000u64, 7_013, 7_013, 7_400, 7_400 + 0x1_0000, 7_400 + 0x1_0000 + 0xFFFF];
+        for (i, &c) in clocks.iter().enumerate() {
+            l.record(JMP, 0x10 * i as u64, 0x1000, 3, false, c);
+        }
+        let cyc: Vec<(bool, u64)> = l.entries().take(clocks.len()).map(|(_, _, info)| (LbrInfo(info).cyc_cnt_valid(), LbrInfo(info).cyc_cnt())).collect();
+        // Youngest first: 0xFFFF exactly, 0x10000 saturated, 387, 0 (same clock), 13, none.
+        assert_eq!(cyc, [(true, 0xFFFF), (true, 0xFFFF), (true, 387), (true, 0), (true, 13), (false, 0)]);
+        // Writing IA32_LBR_DEPTH clears the records: the next one again has no count.
+        l.write(IA32_LBR_DEPTH, 16).unwrap();
+        l.record(JMP, 0x10, 0x20, 3, false, 9_000);
+        l.record(JMP, 0x30, 0x40, 3, false, 9_021);
+        assert_eq!(l.read(IA32_LBR_0_INFO).map(|v| (v >> 60 & 1, v & 0xFFFF)), Ok((1, 21)));
+        assert_eq!(l.read(IA32_LBR_0_INFO + 1).map(|v| (v >> 60 & 1, v & 0xFFFF)), Ok((0, 0)));
+        // A clock that went backwards (a TSC write) counts 0.
+        l.record(JMP, 0x50, 0x60, 3, false, 8_000);
+        assert_eq!(l.read(IA32_LBR_0_INFO), Ok((1 << 60) | (2 << 56)));
+    }
+
+    #[test]
+    fn call_stack_pop_is_an_update_the_next_record_counts_from() {
+        let mut l = spr();
+        l.write(IA32_LBR_CTL, EN_ALL | 8).unwrap();
+        l.record(CALL, 0x100, 0x1000, 3, false, 100);
+        l.record(CALL, 0x1010, 0x2000, 3, false, 130);
+        l.record(RET, 0x2010, 0x1015, 3, false, 170); // pops 0x1010 -> 0x2000
+        l.record(CALL, 0x1020, 0x3000, 3, false, 230);
+        let e: Vec<_> = l.entries().take(2).map(|(f, _, info)| (f, LbrInfo(info).cyc_cnt())).collect();
+        assert_eq!(e, [(0x1020, 60), (0x100, 0)]);
     }
 }

@@ -4,8 +4,9 @@
 //! IA32_PERF_CAPABILITIES[5:0]: addresses in FROM/TO, flags in LBR_INFO).
 //!
 //! Recording is driven by retirement events (taken branches, far transfers, interrupts and
-//! exceptions) with the branch's class, the CPL it ends at and the static predictor's verdict; the
-//! cycle count field of LBR_INFO is not modelled (0).
+//! exceptions) with the branch's class, the CPL it ends at, the static predictor's verdict and the
+//! emulated core clock at the retirement: LBR_INFO[15:0] CYC_CNT holds the core clocks elapsed
+//! since the previous update of the stack ([`CycleCount`]).
 
 use crate::insn_class::BranchKind;
 use crate::pt::msr::Fault;
@@ -58,17 +59,52 @@ impl LbrSelect {
     }
 }
 
+/// The cycle count of LBR records (MSR_LBR_INFO_x[15:0] CYC_CNT, Skylake-class LBR format 5, SDM
+/// Vol. 3B §18.13.1 "LBR_INFO": "elapsed core clocks since last update to the LBR stack";
+/// IA32_LBR_x_INFO[15:0] CYC_CNT of timed Arch LBRs, CPUID.1CH:ECX[1], the same count,
+/// saturating). An update of the stack is a record written or, in call-stack mode, a record
+/// popped by a return (both move the top of stack). The clock is the emulated core clock
+/// CPU_CLK_UNHALTED counts (the plugin's: host TSC, or instructions << shift under -icount), so the
+/// counts are deterministic only under -icount.
+///
+/// The first update after RESET (or after IA32_LBR_DEPTH cleared the Arch LBR records) has no
+/// previous update to count from: its record gets CYC_CNT = 0 (Arch LBR: CYC_CNT_VALID = 0 too).
+/// Later updates count from the previous one even across a time the LBRs did not record
+/// (disabled or frozen): the count then usually saturates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CycleCount {
+    /// The clock at the last update of the stack.
+    last: Option<u64>,
+}
+
+impl CycleCount {
+    /// CYC_CNT is 16 bits wide and saturates.
+    pub const MAX: u64 = 0xFFFF;
+
+    /// The stack is updated at `clock`: the cycles since the previous update (saturated at
+    /// [`Self::MAX`]; a clock that went backwards, e.g. a TSC write, counts 0), or None for the
+    /// first update.
+    pub fn update(&mut self, clock: u64) -> Option<u64> {
+        self.last.replace(clock).map(|prev| clock.saturating_sub(prev).min(Self::MAX))
+    }
+
+    /// No previous update (RESET, or the records cleared).
+    pub fn reset(&mut self) {
+        self.last = None;
+    }
+}
+
 /// A last-branch-record unit the retirement events feed: the model-specific stack
 /// ([`LbrStack`]) or architectural LBRs (`crate::arch_lbr::ArchLbr`).
 pub trait BranchRecorder {
     /// A taken transfer `from` -> `to` of class `kind` (None: interrupt or exception) ending at
-    /// privilege `cpl` retired while recording.
-    fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool);
+    /// privilege `cpl` retired while recording, with the core clock at `clock`.
+    fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool, clock: u64);
 }
 
 impl BranchRecorder for LbrStack {
-    fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool) {
-        LbrStack::record(self, kind, from, to, cpl, mispredicted)
+    fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool, clock: u64) {
+        LbrStack::record(self, kind, from, to, cpl, mispredicted, clock)
     }
 }
 
@@ -80,16 +116,19 @@ pub struct LbrStack {
     info: [u64; DEPTH],
     tos: usize,
     select: LbrSelect,
+    cycles: CycleCount,
 }
 
 impl Default for LbrStack {
     fn default() -> Self {
-        LbrStack { from: [0; DEPTH], to: [0; DEPTH], info: [0; DEPTH], tos: 0, select: LbrSelect(0) }
+        LbrStack { from: [0; DEPTH], to: [0; DEPTH], info: [0; DEPTH], tos: 0, select: LbrSelect(0), cycles: CycleCount::default() }
     }
 }
 
 /// LBR_INFO[63] MISPRED.
 pub const INFO_MISPRED: u64 = 1 << 63;
+/// LBR_INFO[15:0] CYC_CNT.
+pub const INFO_CYC_CNT: u64 = 0xFFFF;
 
 impl LbrStack {
     pub fn owns(index: u32) -> bool {
@@ -156,11 +195,13 @@ impl LbrStack {
     }
 
     /// A taken transfer `from` -> `to` of class `kind` (None: interrupt or exception) ending at
-    /// privilege `cpl` retired while recording (DEBUGCTL.LBR = 1, not frozen).
-    pub fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool) {
+    /// privilege `cpl` retired while recording (DEBUGCTL.LBR = 1, not frozen), the core clock
+    /// reading `clock`.
+    pub fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool, clock: u64) {
         if !self.select.captures(kind, cpl) {
             return;
         }
+        let cyc_cnt = self.cycles.update(clock).unwrap_or(0);
         if self.select.en_callstack() && kind == Some(BranchKind::Return) {
             // Call-stack mode: a return pops the most recent call instead of being recorded.
             self.tos = (self.tos + DEPTH - 1) % DEPTH;
@@ -169,7 +210,7 @@ impl LbrStack {
         self.tos = (self.tos + 1) % DEPTH;
         self.from[self.tos] = from;
         self.to[self.tos] = to;
-        self.info[self.tos] = if mispredicted { INFO_MISPRED } else { 0 };
+        self.info[self.tos] = if mispredicted { INFO_MISPRED } else { 0 } | cyc_cnt;
     }
 
     /// The entries from the youngest to the oldest: (from, to, info).
@@ -194,7 +235,7 @@ mod tests {
     fn stack_holds_the_last_32_branches_youngest_at_tos() {
         let mut l = LbrStack::default();
         for i in 0..40u64 {
-            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, i == 39);
+            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, i == 39, 0);
         }
         let e: Vec<_> = l.entries().collect();
         assert_eq!(e.len(), 32);
@@ -213,10 +254,10 @@ mod tests {
         // hardware: README "LBR".)
         let mut l = LbrStack::default();
         l.write(MSR_LBR_SELECT, 0x1).unwrap();
-        l.record(CALL, 0x401000, 0x401100, 3, false);
-        l.record(None, 0x401105, 0xFFFF_FFFF_8100_0000, 0, true); // interrupt: ends in ring 0
+        l.record(CALL, 0x401000, 0x401100, 3, false, 0);
+        l.record(None, 0x401105, 0xFFFF_FFFF_8100_0000, 0, true, 0); // interrupt: ends in ring 0
         assert_eq!(l.entries().next(), Some((0x401000, 0x401100, 0)));
-        l.record(Some(BranchKind::Far(FarKind::Iret)), 0xFFFF_FFFF_8100_0100, 0x401105, 3, true);
+        l.record(Some(BranchKind::Far(FarKind::Iret)), 0xFFFF_FFFF_8100_0100, 0x401105, 3, true, 0);
         assert_eq!(l.entries().next().map(|e| (e.0, e.1)), Some((0xFFFF_FFFF_8100_0100, 0x401105)));
     }
 
@@ -225,13 +266,13 @@ mod tests {
         let mut l = LbrStack::default();
         // Linux's user-only call stack: CPL_EQ_0 | JCC | NEAR_IND_JMP | NEAR_REL_JMP | FAR | EN_CALLSTACK.
         l.write(MSR_LBR_SELECT, 0x1 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200).unwrap();
-        l.record(CALL, 0x10, 0x100, 3, false); // recorded
-        l.record(JCC, 0x100, 0x120, 3, false); // suppressed
-        l.record(CALL, 0x130, 0x200, 0, false); // kernel: suppressed
-        l.record(Some(BranchKind::Far(FarKind::Syscall)), 0x140, 0xFFFF_8000_0000_0000, 0, false);
-        l.record(CALL, 0x150, 0x300, 3, false); // recorded
+        l.record(CALL, 0x10, 0x100, 3, false, 0); // recorded
+        l.record(JCC, 0x100, 0x120, 3, false, 0); // suppressed
+        l.record(CALL, 0x130, 0x200, 0, false, 0); // kernel: suppressed
+        l.record(Some(BranchKind::Far(FarKind::Syscall)), 0x140, 0xFFFF_8000_0000_0000, 0, false, 0);
+        l.record(CALL, 0x150, 0x300, 3, false, 0); // recorded
         assert_eq!(l.entries().next(), Some((0x150, 0x300, 0)));
-        l.record(RET, 0x300, 0x155, 3, false); // pops
+        l.record(RET, 0x300, 0x155, 3, false, 0); // pops
         assert_eq!(l.entries().next(), Some((0x10, 0x100, 0)));
         assert_eq!(l.write(MSR_LBR_SELECT, 1 << 10), Err(Fault::Gp));
     }
@@ -249,5 +290,31 @@ mod tests {
         assert_eq!(l.write(MSR_LBR_INFO_0, 1 << 40), Err(Fault::Gp));
         assert!(LbrStack::owns(MSR_LBR_INFO_0 + 31) && !LbrStack::owns(MSR_LBR_INFO_0 + 32));
         assert_eq!(l.read(MSR_LASTBRANCH_0_FROM_IP + 32), Err(Fault::Gp));
+    }
+
+    #[test]
+    fn lbr_info_cyc_cnt_is_the_clocks_since_the_previous_record_saturating_at_ffff() {
+        let mut l = LbrStack::default();
+        l.write(MSR_LBR_SELECT, 1).unwrap(); // CPL_EQ_0: user branches only
+        l.record(CALL, 0x10, 0x100, 3, false, 50_000); // first since RESET: 0
+        l.record(JCC, 0x100, 0x120, 3, true, 50_040);
+        l.record(CALL, 0x130, 0x200, 0, false, 50_090); // kernel: suppressed, no update
+        l.record(JCC, 0x200, 0x220, 3, false, 50_100);
+        l.record(JCC, 0x220, 0x240, 3, false, 50_100 + 0x12345);
+        l.record(JCC, 0x240, 0x260, 3, false, 50_100 + 0x12345 + 0xFFFE);
+        let info: Vec<u64> = l.entries().take(5).map(|e| e.2).collect();
+        assert_eq!(info, [0xFFFE, 0xFFFF, 60, INFO_MISPRED | 40, 0]);
+    }
+
+    #[test]
+    fn lbr_info_cyc_cnt_counts_from_a_call_stack_pop() {
+        let mut l = LbrStack::default();
+        l.write(MSR_LBR_SELECT, 1 | (1 << 9)).unwrap();
+        l.record(CALL, 0x10, 0x100, 3, false, 1_000);
+        l.record(CALL, 0x150, 0x300, 3, false, 1_010);
+        l.record(RET, 0x300, 0x155, 3, false, 1_500); // pops 0x150 -> 0x300
+        l.record(CALL, 0x160, 0x400, 3, false, 1_512);
+        let e: Vec<(u64, u64)> = l.entries().take(2).map(|(f, _, i)| (f, i & INFO_CYC_CNT)).collect();
+        assert_eq!(e, [(0x160, 12), (0x10, 0)]);
     }
 }

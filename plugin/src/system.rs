@@ -100,6 +100,9 @@ struct Retire<'a> {
     /// LBR, and not frozen); None from the moment a retirement requests a PMI with
     /// FREEZE_LBRS_ON_PMI (`Pmu::lbr_freeze_requested`).
     lbr: Option<&'a mut dyn BranchRecorder>,
+    /// The emulated core clock while the LBRs record (`System::core_clock`, read once per
+    /// block): the LBR records' cycle counts (LBR_INFO[15:0] CYC_CNT).
+    lbr_clock: u64,
     /// The instruction that just retired requested that freeze: its own branch record (which
     /// follows its retirement) is the last one.
     lbr_freeze_after: bool,
@@ -120,7 +123,7 @@ impl RetireSink for Retire<'_> {
             };
             if taken {
                 let misp = Retired::of(kind, ip, nlip, next).has(Retired::MISP);
-                l.record(Some(kind), ip, next, self.pt.context().cpl, misp);
+                l.record(Some(kind), ip, next, self.pt.context().cpl, misp, self.lbr_clock);
             }
         }
         self.lbr_freeze_now();
@@ -136,7 +139,7 @@ impl RetireSink for Retire<'_> {
     fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
         if let Some(l) = self.lbr.as_deref_mut() {
             // Far transfers are not predicted by the static model (`bts::prediction`).
-            l.record(Some(BranchKind::Far(kind)), ip, next, to.cpl, true);
+            l.record(Some(BranchKind::Far(kind)), ip, next, to.cpl, true, self.lbr_clock);
         }
         self.lbr_freeze_now();
         if kind == FarKind::Iret && self.pt.event_en() {
@@ -159,7 +162,7 @@ impl RetireSink for Retire<'_> {
     }
     fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
         if let Some(l) = self.lbr.as_deref_mut() {
-            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, to.cpl, true);
+            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, to.cpl, true, self.lbr_clock);
         }
         self.lbr_freeze_now();
         let why = AsyncKind::SoftwareInterrupt { ip };
@@ -175,7 +178,7 @@ impl RetireSink for Retire<'_> {
         self.lbr_freeze_now();
         if let Some(l) = self.lbr.as_deref_mut() {
             // FROM as for BTS: the faulting instruction, or the next one for an interrupt.
-            l.record(None, why.fup_ip(), handler, to.cpl, true);
+            l.record(None, why.fup_ip(), handler, to.cpl, true, self.lbr_clock);
         }
         self.pt.async_event(why, handler, to);
         if let Some(r) = self.rtit.as_deref_mut() {
@@ -1424,12 +1427,14 @@ impl Shared {
         if event_trace {
             v.tracer.stage_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
         }
+        let lbr_clock = if lbr_on { self.core_clock(v) } else { 0 };
         let mut sink = Retire {
             pt: &mut v.tracer,
             rtit: v.rtit.as_mut(),
             bts: &mut v.bts,
             bts_pmi: false,
             pmu: &mut v.pmu,
+            lbr_clock,
             lbr: lbr_on.then(|| Self::lbr_unit(self.opts.arch_lbr, &mut v.lbr, &mut v.arch_lbr)),
             lbr_freeze_after: false,
             pebs_eventing: &mut v.pebs_eventing,
@@ -1534,7 +1539,7 @@ impl Shared {
             v.cycle_clock = None;
             return;
         }
-        let now = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
+        let now = self.core_clock(v);
         if let Some(before) = v.cycle_clock.replace(now) {
             let cpl = v.tracer.context().cpl;
             v.pmu.cycles(now.saturating_sub(before), cpl);
@@ -1557,6 +1562,7 @@ impl Shared {
             bts_pmi: false,
             pmu: &mut v.pmu,
             lbr: None,
+            lbr_clock: 0,
             lbr_freeze_after: false,
             pebs_eventing: &mut v.pebs_eventing,
         };
@@ -1658,6 +1664,12 @@ impl Shared {
             self.apply_pending(v);
         }
         self.count_to(v, ip.wrapping_add(v.pc_delta));
+    }
+
+    /// The emulated core clock (what CPU_CLK_UNHALTED counts and the LBR records' cycle counts
+    /// measure): the guest's TSC.
+    fn core_clock(&self, v: &Vcpu) -> u64 {
+        self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed))
     }
 
     /// The clock behind the guest's TSC: the host TSC, or under `-icount shift=N` the vCPU's
@@ -2268,12 +2280,14 @@ impl Shared {
             let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: ModeSet::ALL, proven: v.proven, cached: v.tracer.context().mode, cs_load: v.cs_load };
             let last_started = sh.last_started.take(vcpu, u64::MAX);
             let lbr_on = sh.lbr_recording(v);
+            let lbr_clock = if lbr_on { sh.core_clock(v) } else { 0 };
             let mut sink = Retire {
                 pt: &mut v.tracer,
                 rtit: v.rtit.as_mut(),
                 bts: &mut v.bts,
                 bts_pmi: false,
                 pmu: &mut v.pmu,
+                lbr_clock,
                 lbr: lbr_on.then(|| Self::lbr_unit(sh.opts.arch_lbr, &mut v.lbr, &mut v.arch_lbr)),
                 lbr_freeze_after: false,
                 pebs_eventing: &mut v.pebs_eventing,

@@ -5,7 +5,10 @@
  * model-specific LBR MSRs absent; the records of hand-written branch sequences (record 0 the
  * youngest, BR_TYPE and the static predictor's MISPRED in INFO) against the assembler's labels;
  * branch-type and CPL filters (ring 3 code under USR only); call-stack mode; a depth write
- * clearing the records, LBREn = 0 keeping them; FREEZE_LBRS_ON_PMI. */
+ * clearing the records, LBREn = 0 keeping them; FREEZE_LBRS_ON_PMI; timed LBRs (CPUID.1CH:ECX[1]):
+ * INFO[15:0] CYC_CNT with [60] CYC_CNT_VALID, the core clocks since the previous record (the host
+ * TSC without -icount, not deterministic): no count (VALID = 0, CYC_CNT = 0) for the first record
+ * after a depth write, a nonzero count for every other (each branch here ends a block). */
 #include "guest.h"
 
 #define IA32_DEBUGCTL   0x1D9
@@ -20,6 +23,8 @@
 #define MSR_LBR_INFO    0xDC0
 #define MISPRED (1ull << 63)
 #define BR(t) ((uint64_t)(t) << 56)
+#define CYC_CNT 0xFFFFull
+#define CYC_CNT_VALID (1ull << 60)
 enum { COND = 0, IND_JMP = 1, REL_JMP = 2, IND_CALL = 3, REL_CALL = 4, RET = 5, OTHER = 8 };
 #define CTL_EN   1u
 #define CTL_OS   2u
@@ -123,18 +128,30 @@ static struct rec record(uint32_t x)
     return (struct rec){ rdmsr(IA32_LBR_FROM + x), rdmsr(IA32_LBR_TO + x), rdmsr(IA32_LBR_INFO + x) };
 }
 
-static void expect(uint32_t x, const void *from, const void *to, uint64_t info)
+/* A record with a cycle count has a nonzero one; one without has CYC_CNT = 0. */
+static void check_cycles(uint64_t info)
+{
+    if (info & CYC_CNT_VALID)
+        ASSERT(info & CYC_CNT);
+    else
+        ASSERT_EQ(info & CYC_CNT, 0);
+}
+
+/* Record x: its addresses and INFO's flags exactly, its cycle count plausible. */
+static uint64_t expect(uint32_t x, const void *from, const void *to, uint64_t info)
 {
     struct rec r = record(x);
     printf("LBR_%u %lx -> %lx info %lx\n", x, r.from, r.to, r.info);
     ASSERT_EQ(r.from, (uint64_t)from);
     ASSERT_EQ(r.to, (uint64_t)to);
-    ASSERT_EQ(r.info, info);
+    ASSERT_EQ(r.info & ~(CYC_CNT | CYC_CNT_VALID), info);
+    check_cycles(r.info);
+    return r.info;
 }
 
 static void expect_empty(uint32_t x)
 {
-    expect(x, 0, 0, 0);
+    ASSERT_EQ(expect(x, 0, 0, 0), 0);
 }
 
 /* The 10 records al_run leaves with every type enabled, youngest first, from record `at`. */
@@ -198,7 +215,7 @@ void test_main(void)
     printf("CPUID.1CH: %x %x %x %x\n", r[0], r[1], r[2], r[3]);
     ASSERT_EQ(r[0] & 0xFF, 0x0F);            /* depths 8, 16, 24, 32 */
     ASSERT_EQ(r[1] & 7, 7);                  /* CPL filtering, branch filtering, call-stack mode */
-    ASSERT_EQ(r[2] & 7, 5);                  /* mispredict bit, no timed LBRs, branch type */
+    ASSERT_EQ(r[2] & 7, 7);                  /* mispredict bit, timed LBRs, branch type */
     uint32_t depth = 8 * (32 - __builtin_clz(r[0] & 0xFF));
     ASSERT_EQ(depth, 32);
 
@@ -248,6 +265,10 @@ void test_main(void)
     al_run(CTL_EN | CTL_OS | CTL_USR | T_ALL);
     expect_al_run(0);
     expect_empty(9);
+    /* Timed LBRs: the first record since the depth write has no count, the later ones have. */
+    ASSERT_EQ(record(8).info & CYC_CNT_VALID, 0);
+    for (uint32_t x = 0; x < 8; x++)
+        ASSERT(record(x).info & CYC_CNT_VALID);
     ASSERT_EQ(rdmsr(IA32_LBR_CTL), 0);
     /* LBREn = 0 changes nothing: a second run shifts the first one down by 9. */
     al_run(CTL_EN | CTL_OS | CTL_USR | T_ALL);
@@ -310,7 +331,8 @@ void test_main(void)
     printf("LBR_0 %lx -> %lx info %lx\n", r0.from, r0.to, r0.info);
     ASSERT_EQ(r0.from, (uint64_t)user_ptr(u_done));   /* u_run's return into enter_user's exit path */
     ASSERT(r0.to >= USER_ALIAS_OFFSET && r0.to < USER_ALIAS_OFFSET + IDENTITY_SIZE);
-    ASSERT_EQ(r0.info, BR(RET));
+    ASSERT_EQ(r0.info & ~(CYC_CNT | CYC_CNT_VALID), BR(RET));
+    check_cycles(r0.info);
     expect(1, user_ptr(u_ret), user_ptr(u_after), BR(RET));
     expect(2, user_ptr(u_call), user_ptr(u_f), BR(REL_CALL));
     expect(3, user_ptr(u_jmp), user_ptr(u_l1), BR(REL_JMP));
@@ -325,6 +347,7 @@ void test_main(void)
             ASSERT_EQ(e.info & BR(0xF), BR(OTHER));                             /* IRETQ / SYSRET */
             into_user++;
         }
+        check_cycles(e.info);
     }
     printf("ring 3 run: %d records, %d from ring 0\n", n, into_user);
     ASSERT_EQ(into_user, 1);

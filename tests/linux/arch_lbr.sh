@@ -32,8 +32,11 @@ dmesg | grep 'Performance Events:'; dmesg | grep -q 'Performance Events: .*Archi
 echo 100000 > /proc/sys/kernel/perf_event_max_sample_rate; echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent
 perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); echo "instructions:u $ni"; test -n "$ni"
 with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vectors:*_entry' -e irq:irq_handler_entry -e exceptions:page_fault_user -o $wi.irq.data 2>$wi.irq.log & wp=$!; while [ ! -s $wi.irq.data ]; do sleep 0.1; done; sleep 1; "$@"; kill -INT $wp; wait $wp; perf script --ns -i $wi.irq.data -F cpu,time >$wi.irqs 2>/dev/null; }
+# Cycle counts (LBR_INFO[15:0] CYC_CNT, the last field of each brstack entry; README "LBR cycle
+# counts"): the emulated core clock (host TSC) between two user branches is nonzero, so most
+# entries (at least 50 %) carry one (0: a record with none, the first after the LBRs were reset).
 with_irqs lbr perf record -q --sample-cpu -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b (Arch LBR): $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
-perf script --ns -i lbr.data -F cpu,time,brstack 2>/dev/null | awk -v depth=32 -v irqs=lbr.irqs -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
+perf script --ns -i lbr.data -F cpu,time,brstack 2>/dev/null | awk -v depth=32 -v irqs=lbr.irqs -v cycles=50 -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 perf script -i lbr.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200
 # Call-stack mode: perf record --call-graph lbr programs IA32_LBR_CTL.CALL_STACK with near calls
 # and returns (USR); every entry of every stack is a CALL of the workload still open at the

@@ -27,6 +27,9 @@
 # with `-F cpu,time,brstack --ns`, a stack shorter than `depth` is accepted only when such an
 # event happened on its CPU since the previous sample (for the first sample: since the recorder
 # started, which includes the workload's start-up page faults); without `irqs`, never.
+# The last field of an entry is its cycle count (LBR_INFO[15:0] CYC_CNT; 0 when the record has
+# none: the first after the LBRs were reset, or no timed LBRs). With `cycles` (a percentage), at
+# least that share of the entries must carry a nonzero count.
 # Prints the counts and exits 1 on any violation (or an empty input).
 function hex(s) {
     s = tolower(s)
@@ -90,6 +93,8 @@ FNR == NR {
             continue
         from = hex(f[1]); to = hex(f[2]); flag = f[3]
         entries++
+        if (f[6] + 0 > 0)
+            timed++
         e = from "->" to " " flag
         if (!(from in idx)) { bad("FROM not an instruction of the binary", e); have_younger = 0; continue }
         if (!(to in idx)) { bad("TO not an instruction of the binary", e); have_younger = 0; continue }
@@ -114,6 +119,11 @@ FNR == NR {
     }
 }
 END {
+    printf "%d of %d entries with a nonzero cycle count (%d%%)\n", timed, entries, entries ? int(100 * timed / entries) : 0
+    if (cycles != "" && 100 * timed < (cycles + 0) * entries) {
+        printf "BAD cycle counts: %d of %d entries nonzero, expected at least %d%%\n", timed, entries, cycles
+        errors++
+    }
     printf "%d samples, %d branch-stack entries (Jcc %d, JMP %d, CALL %d, RET %d, indirect JMP %d, indirect CALL %d; %d mispredicted), %d violations\n", samples, entries, by_kind["C"], by_kind["J"], by_kind["L"], by_kind["R"], by_kind["I"], by_kind["K"], misp, errors
     if (irqs != "")
         printf "%d interrupt/page-fault events read; %d stacks shorter than %d (%d entries short), each after an interrupt on its CPU since the previous sample\n", nirq, short_irq, depth, short_missing
