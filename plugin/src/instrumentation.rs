@@ -35,8 +35,8 @@
 //! with the same page offset), so fix-up successors are kept by page offset: a few more blocks
 //! than needed get the conditional callback, never fewer.
 
+use crate::monotonic_ns;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long every vCPU must have needed no blocks before the translations go light again.
@@ -76,13 +76,13 @@ pub(crate) struct Instrumentation {
     pinned: AtomicBool,
     /// Per vCPU (bit = index): needs to see blocks.
     needs_blocks: AtomicU64,
-    /// Per vCPU: when it last had a fix-up pending outside IA-32e mode (`Clock` nanoseconds,
+    /// Per vCPU: when it last had a fix-up pending outside IA-32e mode (`monotonic_ns`,
     /// 0: never). Another vCPU's mark keeps the translations full for `LIGHT_AFTER` (until the
     /// block after its instruction has surely run).
     legacy: [AtomicU64; 64],
     /// Host time spent light and full (PTTRACE_STATS), from the last switch.
     spent: parking_lot::Mutex<(Duration, Duration, Option<Instant>)>,
-    /// When the last vCPU stopped needing blocks (`Clock` nanoseconds, 0: not since start).
+    /// When the last vCPU stopped needing blocks (`monotonic_ns`, 0: not since start).
     quiet_since: AtomicU64,
     /// PTTRACE_STATS, read at start: 1 prints a summary at exit, 2 also each switch.
     stats: AtomicU8,
@@ -118,7 +118,7 @@ impl Instrumentation {
         self.pinned.store(pinned || forced, Ordering::Relaxed);
         let stats = std::env::var("PTTRACE_STATS").ok().and_then(|v| v.parse::<u8>().ok()).unwrap_or(0);
         self.stats.store(stats, Ordering::Relaxed);
-        clock_ns();
+        monotonic_ns();
         self.full.store(true, Ordering::Relaxed);
         self.spent.lock().2 = Some(Instant::now());
     }
@@ -180,7 +180,7 @@ impl Instrumentation {
         } else {
             self.needs_blocks.fetch_and(!bit, Ordering::Relaxed)
         } & bit != 0;
-        let now = clock_ns();
+        let now = monotonic_ns();
         let after = LIGHT_AFTER.as_nanos() as u64;
         self.legacy[(vcpu % 64) as usize].store(if legacy_fixup { now } else { 0 }, Ordering::Relaxed);
         if needs_blocks || legacy_fixup {
@@ -235,12 +235,6 @@ impl Instrumentation {
         // `on_reset` is a plain function valid for the plugin's lifetime.
         unsafe { qemu_plugin::sys::qemu_plugin_reset(self.plugin_id.load(Ordering::Relaxed), Some(on_reset)) };
     }
-}
-
-/// Nanoseconds since the first call (at `start`), at least 1: 0 means "never" in the marks.
-fn clock_ns() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
 }
 
 /// QEMU has flushed the translations and removed the plugin's callbacks (every vCPU stopped):

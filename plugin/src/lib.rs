@@ -224,6 +224,13 @@ fn register() {
     qemu_plugin::plugin::register_plugin(PtTrace);
 }
 
+/// Host monotonic nanoseconds since the first call, at least 1 (callers keep 0 for "never"):
+/// the time marks of the instrumentation switch and of the model placement.
+pub(crate) fn monotonic_ns() -> u64 {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
 /// The QEMU handle of a translation block, for registering plain `extern "C"` callbacks through
 /// the sys layer (the qemu-plugin crate only registers boxed closures and keeps the handle
 /// private). `TranslationBlock` is that handle plus a lifetime marker.

@@ -1149,19 +1149,7 @@ impl Shared {
                 // A far JMP/CALL/RET or IRET in a block the model may not see: it reloads CS
                 // (`on_cs_load`). Runs only while this vCPU's blocks are unseen (the flow sees
                 // the transfer otherwise).
-                // SAFETY: `tb` is the translation being instrumented; index i exists.
-                unsafe {
-                    let handle = qemu_plugin::sys::qemu_plugin_tb_get_insn(crate::tb_ptr(tb), i);
-                    qemu_plugin::sys::qemu_plugin_register_vcpu_insn_exec_cond_cb(
-                        handle,
-                        Some(on_cs_load),
-                        CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
-                        qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_EQ,
-                        self.need_block_cb.0,
-                        0,
-                        std::ptr::null_mut(),
-                    );
-                }
+                register_insn_cond_cb(tb, i, on_cs_load, CallbackFlags::QEMU_PLUGIN_CB_R_REGS, qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_EQ, &self.need_block_cb, 0);
             }
             // Results of the previous instruction's CPUID/RDMSR are patched before this one runs.
             let prev_needs_fixup = i > 0
@@ -1179,19 +1167,7 @@ impl Shared {
             if i > 0 && self.opts.pebs && full {
                 // PEBS: registered after the fix-ups above, so the registers it records are the
                 // ones the guest sees. Runs only while `pebs_step` is set (see `arm_pebs_steps`).
-                // SAFETY: `tb` is the translation being instrumented; index i exists.
-                unsafe {
-                    let handle = qemu_plugin::sys::qemu_plugin_tb_get_insn(crate::tb_ptr(tb), i);
-                    qemu_plugin::sys::qemu_plugin_register_vcpu_insn_exec_cond_cb(
-                        handle,
-                        Some(on_pebs_step),
-                        CallbackFlags::QEMU_PLUGIN_CB_RW_REGS,
-                        qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_NE,
-                        self.pebs_step.0,
-                        0,
-                        ip as usize as *mut std::ffi::c_void,
-                    );
-                }
+                register_insn_cond_cb(tb, i, on_pebs_step, CallbackFlags::QEMU_PLUGIN_CB_RW_REGS, qemu_plugin::sys::qemu_plugin_cond::QEMU_PLUGIN_COND_NE, &self.pebs_step, ip);
             }
             if self.opts.truth {
                 insn.register_execute_callback(move |vcpu| {
@@ -2618,6 +2594,25 @@ extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
 #[inline(never)]
 fn on_block_model(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo, last_started: Option<u64>) {
     guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info, last_started)));
+}
+
+/// Registers `cb` on instruction `i` of `tb`, called only while the vCPU's `flag` entry compares
+/// to 0 by `cond`, with `udata` (an address, or 0) as its user data.
+fn register_insn_cond_cb(
+    tb: &TranslationBlock,
+    i: usize,
+    cb: extern "C" fn(VCPUIndex, *mut std::ffi::c_void),
+    flags: CallbackFlags,
+    cond: qemu_plugin::sys::qemu_plugin_cond,
+    flag: &PerVcpuU64,
+    udata: u64,
+) {
+    // SAFETY: `tb` is the translation being instrumented and `i` one of its instructions (the
+    // callers iterate over them); `cb` is a plain function valid for the plugin's lifetime.
+    unsafe {
+        let handle = qemu_plugin::sys::qemu_plugin_tb_get_insn(crate::tb_ptr(tb), i);
+        qemu_plugin::sys::qemu_plugin_register_vcpu_insn_exec_cond_cb(handle, Some(cb), flags, cond, flag.0, 0, udata as usize as *mut std::ffi::c_void);
+    }
 }
 
 /// A far JMP/CALL/RET or IRET is about to execute while the vCPU's blocks run unseen: CS is

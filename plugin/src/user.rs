@@ -257,12 +257,6 @@ struct Totals {
 
 pub static SHARED: OnceLock<Shared> = OnceLock::new();
 
-/// Wall-clock nanoseconds since the first call (model placement samples).
-fn wall_ns() -> u64 {
-    static BASE: OnceLock<std::time::Instant> = OnceLock::new();
-    BASE.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
-}
-
 /// CPU time of the calling thread (None if the clock is unavailable).
 fn thread_cpu_ns() -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -396,15 +390,16 @@ impl Shared {
     /// beside the vCPU whatever the share of CPU time (for measurements).
     fn place_model(&self, slot: &Slot) -> bool {
         static ADAPT: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::env::var_os("PTTRACE_ENCODER").is_none_or(|v| v != "2"));
+        static REPORT: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::env::var_os("PTTRACE_STATS").is_some());
         if !*ADAPT {
             return true;
         }
-        let now = wall_ns();
+        let now = crate::monotonic_ns();
         let mut p = slot.placement.lock();
         let cpu = if p.wants_cpu_time(now) { thread_cpu_ns() } else { None };
         if let Some(to) = p.at(now, cpu) {
             slot.on_vcpu.store(to == Placement::OnVcpu, Ordering::Relaxed);
-            if std::env::var_os("PTTRACE_STATS").is_some() {
+            if *REPORT {
                 eprintln!("pttrace: model placement {to:?}");
             }
         }
