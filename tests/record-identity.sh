@@ -12,7 +12,8 @@
 # Skipped: guests whose streams differ from run to run on their own (a LAPIC timer interrupt
 # lands at a point that depends on host time: t_pt_transfers, t_pt_smp, t_stress_smp) and guests
 # without Intel PT output. b_pt_loop (make bench's workload,
-# ~9 M blocks per traced phase) is included: it is the one that fills rings and ToPA regions.
+# ~9 M blocks per traced phase) is included: it is the one that fills rings and ToPA regions; so
+# is b_pt_calls (a RET per ~3 blocks: the recorded path takes RET targets from the popped value).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin=$top/target/guest/bin
@@ -21,7 +22,7 @@ tmp=$(mktemp -d /tmp/pttrace-record.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 bash "$top/tests/guest/build.sh" "$bin" >/dev/null
 fail=0 n=0 bytes=0
-for elf in "$bin"/t_pt_*.elf "$bin"/t_m32_*pt*.elf "$bin"/t_hostile_mmio.elf "$bin"/b_pt_loop.elf; do
+for elf in "$bin"/t_pt_*.elf "$bin"/t_m32_*pt*.elf "$bin"/t_hostile_mmio.elf "$bin"/b_pt_loop.elf "$bin"/b_pt_calls.elf; do
   name=$(basename "$elf" .elf)
   src=$top/tests/guest/$name.c
   grep -q 'lapic_timer_' "$src" && continue

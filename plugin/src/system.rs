@@ -414,6 +414,9 @@ struct Front {
     slot: usize,
     /// RIP after near indirect transfers.
     regs: Regs,
+    /// The return address the last near RET popped (`on_ret_load`), taken by the block after
+    /// it: a RET's new RIP without a register read.
+    ret_rip: Option<u64>,
     last_started: Slot,
     ring: &'static BlockRing<Recorded>,
     /// IA32_RTIT_CTL.MTCEn: the host TSC is sampled as blocks execute (`tsc`, `tsc_countdown`).
@@ -962,6 +965,7 @@ impl Shared {
                     after: None,
                     slot: mode_slot(ExecMode::Bit64),
                     regs: Regs::discover(),
+                    ret_rip: None,
                     last_started: self.last_started.slot(vcpu),
                     ring,
                     mtc: false,
@@ -1016,10 +1020,12 @@ impl Shared {
                 && matches!(prev.last.kind, BranchKind::IndirectJump | BranchKind::IndirectCall | BranchKind::Return) =>
             {
                 // A near indirect transfer: RIP, exact at block entry, in the page the
-                // translation says (CS and its base are unchanged).
+                // translation says (CS and its base are unchanged). After a near RET, RIP is
+                // the value its stack load returned (`on_ret_load`, no register read).
                 // (A RET is not predicted from the calls: a translation made in another address
                 // space at the predicted address would pass any check short of reading RIP.)
-                match front.regs.get("rip") {
+                let popped = if prev.last.kind == BranchKind::Return { front.ret_rip.take() } else { None };
+                match popped.or_else(|| front.regs.get("rip")) {
                     Some(rip) if (rip ^ info.pc) & 0xFFF == 0 => rip,
                     _ => return Err(last_started),
                 }
@@ -1212,6 +1218,7 @@ impl Shared {
         let ends_recording = by_mode.map(|b: &SysBlock| ends_recording(b, changes_mode));
         let recordable = [ExecMode::Bit16, ExecMode::Bit32, ExecMode::Bit64].map(|m| !has_wrmsr && modes.contains(m));
         let proves = [ModeSet(modes.0 & !4).single(), modes.single()];
+        let ends_in_ret = by_mode.iter().any(|b| b.last.kind == BranchKind::Return);
         let info: &'static BlockInfo =
             Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, changes_mode, ends_recording, recordable, proves }));
         // A plain C function with the block's record as user data: no boxed closure per block.
@@ -1238,6 +1245,17 @@ impl Shared {
                     udata,
                 );
             }
+            if ends_in_ret && self.may_record {
+                // The value the RET pops: the next block's RIP (`on_ret_load`).
+                let last = qemu_plugin::sys::qemu_plugin_tb_get_insn(crate::tb_ptr(tb), insns.len() - 1);
+                qemu_plugin::sys::qemu_plugin_register_vcpu_mem_cb(
+                    last,
+                    Some(on_ret_load),
+                    CallbackFlags::QEMU_PLUGIN_CB_NO_REGS,
+                    qemu_plugin::sys::qemu_plugin_mem_rw::QEMU_PLUGIN_MEM_R,
+                    std::ptr::null_mut(),
+                );
+            }
         }
     }
 
@@ -1249,7 +1267,7 @@ impl Shared {
 
     /// A block is about to execute and the model runs it now (`last_started` already taken by
     /// the block callback, or None).
-    fn on_block(&self, v: &mut Vcpu, info: &'static BlockInfo, last_started: Option<u64>) {
+    fn on_block(&self, v: &mut Vcpu, info: &'static BlockInfo, last_started: Option<u64>, popped: Option<u64>) {
         if v.pending.any() {
             self.apply_pending(v);
         }
@@ -1291,10 +1309,15 @@ impl Shared {
         // (CR0.PG = 0) linear = physical: a translation only runs at the address it was made
         // for, which is exact, CS base included (real mode, issue 12).
         let paging = cr0 & (1 << 31) != 0;
+        // After a near RET that ran to its end, the value it popped is RIP (`on_ret_load`).
+        let popped = popped.filter(|&r| {
+            after.is_some_and(|(prev, _, _)| prev.last.kind == BranchKind::Return && last_started == prev.last.ip)
+                && (cs_base::linear(v.cs_base, r) ^ info.pc) & 0xFFF == 0
+        });
         let pc = if paging && exact {
             after
                 .and_then(|(prev, delta, _)| successor_pc(prev, delta, last_started, info.pc))
-                .unwrap_or_else(|| rip.or_else(|| v.regs.get("rip")).map_or(info.pc, |rip| cs_base::linear(v.cs_base, rip)))
+                .unwrap_or_else(|| rip.or(popped).or_else(|| v.regs.get("rip")).map_or(info.pc, |rip| cs_base::linear(v.cs_base, rip)))
         } else {
             info.pc
         };
@@ -2578,22 +2601,46 @@ extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
     let info: &'static BlockInfo = unsafe { &*(info as *const BlockInfo) };
     let Some(sh) = SHARED.get() else { return };
     // SAFETY: the block callback runs on the vCPU's own thread; the reference ends here.
-    let last_started = match unsafe { sh.front(vcpu) } {
+    let (last_started, popped) = match unsafe { sh.front(vcpu) } {
         Some(front) => match Shared::record_block(front, info) {
             Ok(()) => return,
-            Err(last_started) => Some(last_started),
+            Err(last_started) => (Some(last_started), front.ret_rip.take()),
         },
-        None => None,
+        None => (None, None),
     };
-    on_block_model(sh, vcpu, info, last_started);
+    on_block_model(sh, vcpu, info, last_started, popped);
 }
 
 /// The block callback's path through the model, out of line so that recording a block (the
 /// common case) saves no registers.
 #[cold]
 #[inline(never)]
-fn on_block_model(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo, last_started: Option<u64>) {
-    guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info, last_started)));
+fn on_block_model(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo, last_started: Option<u64>, popped: Option<u64>) {
+    guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info, last_started, popped)));
+}
+
+/// The stack load of a near RET (C3H / C2H iw, SDM Vol. 2B "RET"): the value it pops is the
+/// RIP the next block starts at (zero-extended from the operand size, as RET loads it), kept
+/// for that block's callback (`Front::ret_rip`) so that it need not read RIP. Registered on
+/// every translation with a block callback whose last instruction is a near RET, so the value
+/// the next block takes is always its predecessor's.
+extern "C" fn on_ret_load(vcpu: VCPUIndex, info: qemu_plugin::sys::qemu_plugin_meminfo_t, _vaddr: u64, _: *mut std::ffi::c_void) {
+    use qemu_plugin::sys::qemu_plugin_mem_value_type as T;
+    let Some(sh) = SHARED.get() else { return };
+    // SAFETY: on the vCPU's own thread (a memory callback of its instruction); `info` is the
+    // access QEMU passes, valid during the callback; the union member read is the one `type_`
+    // names.
+    unsafe {
+        let Some(front) = sh.front(vcpu) else { return };
+        let v = qemu_plugin::sys::qemu_plugin_mem_get_value(info);
+        front.ret_rip = Some(match v.type_ {
+            T::QEMU_PLUGIN_MEM_VALUE_U8 => u64::from(v.data.u8_),
+            T::QEMU_PLUGIN_MEM_VALUE_U16 => u64::from(v.data.u16_),
+            T::QEMU_PLUGIN_MEM_VALUE_U32 => u64::from(v.data.u32_),
+            T::QEMU_PLUGIN_MEM_VALUE_U64 => v.data.u64_,
+            T::QEMU_PLUGIN_MEM_VALUE_U128 => v.data.u128_.low,
+        });
+    }
 }
 
 /// Registers `cb` on instruction `i` of `tb`, called only while the vCPU's `flag` entry compares
