@@ -5,8 +5,8 @@
 //! while its flag is 0; the issue asks for a plugin whose guest never enables tracing (or only
 //! configures it with TraceEn = 0) to run within 5% of plain QEMU, and for a Linux boot within
 //! 10%. So the translations are *light* whenever that is safe: only the instructions the plugin
-//! must answer or watch (CPUID, RDMSR, WRMSR, RDPMC, RDTSC, LGDT, LIDT, HLT, MOV CR3) carry
-//! callbacks, plus the blocks that end in a WRMSR (a WRMSR may enable tracing in the middle of the
+//! must answer or watch (CPUID, RDMSR, WRMSR, RDPMC, LGDT, LIDT, HLT, MOV CR3, and RDTSC until
+//! QEMU's TSC offset is known: `Shared::translate`) carry callbacks, plus the blocks that end in a WRMSR (a WRMSR may enable tracing in the middle of the
 //! flow) and the blocks that may follow a block ending in an instruction whose result the plugin
 //! rewrites (`fixup_successor`). Otherwise they are *full*: every block has its (conditional)
 //! callback, as before.
@@ -90,6 +90,8 @@ pub(crate) struct Instrumentation {
     flushes_light: AtomicU64,
     flushes_full: AtomicU64,
     flushes_fixup: AtomicU64,
+    /// Blocks translated (each flush makes QEMU translate the working set again).
+    translations: AtomicU64,
 }
 
 pub(crate) static INSTRUMENTATION: Instrumentation = Instrumentation {
@@ -106,6 +108,7 @@ pub(crate) static INSTRUMENTATION: Instrumentation = Instrumentation {
     flushes_light: AtomicU64::new(0),
     flushes_full: AtomicU64::new(0),
     flushes_fixup: AtomicU64::new(0),
+    translations: AtomicU64::new(0),
 };
 
 impl Instrumentation {
@@ -146,6 +149,7 @@ impl Instrumentation {
     /// Whether a block starting at `pc` (ending in a WRMSR or not) gets the block callback, and
     /// the note of a block translated without one.
     pub(crate) fn block_cb(&self, pc: u64, has_wrmsr: bool) -> bool {
+        self.translations.fetch_add(1, Ordering::Relaxed);
         let cb = has_wrmsr || self.full() || self.fixup_successors.contains(pc);
         if !cb {
             self.light_starts.insert(pc);
@@ -220,12 +224,13 @@ impl Instrumentation {
             self.switched(self.full());
             let (light, full, _) = *self.spent.lock();
             eprintln!(
-                "pttrace: instrumentation light {:.2} s, full {:.2} s (host time); {} flushes to light, {} to full, {} for result fix-ups",
+                "pttrace: instrumentation light {:.2} s, full {:.2} s (host time); {} flushes to light, {} to full, {} for result fix-ups; {} blocks translated",
                 light.as_secs_f64(),
                 full.as_secs_f64(),
                 self.flushes_light.load(Ordering::Relaxed),
                 self.flushes_full.load(Ordering::Relaxed),
-                self.flushes_fixup.load(Ordering::Relaxed)
+                self.flushes_fixup.load(Ordering::Relaxed),
+                self.translations.load(Ordering::Relaxed)
             );
         }
     }

@@ -44,7 +44,7 @@ use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
 use std::fmt::Write as _;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 const MAX_VCPUS: usize = 1024;
@@ -510,6 +510,8 @@ pub struct Shared {
     icount_shift: Option<u32>,
     /// Host TSC minus guest TSC, learned from the guest's RDTSC results.
     tsc_offset: AtomicU64,
+    /// `tsc_offset` has been learned from a guest RDTSC (see `translate`).
+    tsc_offset_known: AtomicBool,
     /// Address of the last instruction that started, stored inline when a block's last
     /// instruction starts: tells whether QEMU left the block before its end.
     last_started: PerVcpuU64,
@@ -1100,11 +1102,22 @@ impl Shared {
         // System instructions (CPUID, RDMSR, WRMSR, LGDT, MOV CR3) encode the same way in every mode
         // except for operand details handled at execution time.
         let bitness = 64;
-        let ops: Vec<Option<SystemOp>> = insns.iter().map(|(_, b)| system_op(b, bitness)).collect();
-        let has_wrmsr = ops.contains(&Some(SystemOp::Wrmsr));
         // Light instrumentation (`crate::instrumentation`): most blocks carry no block callback
         // while no vCPU needs to see blocks.
         let levels = &crate::instrumentation::INSTRUMENTATION;
+        // RDTSC is watched only to learn QEMU's TSC offset from its result (the guest's TSC is
+        // the host TSC plus an offset QEMU changes only when the VM stops or the host TSC goes
+        // backwards, `cpu_get_ticks`). Its block always ends at it, so the result is seen by
+        // the next block's callback: in a light translation that makes the next page offset a
+        // fix-up successor, and flushes the translations when a block there was translated
+        // without its callback. So light translations watch RDTSC only until the offset is
+        // known; full ones (while something traces, counts or records) at every RDTSC.
+        let watch_rdtsc = levels.full() || !self.tsc_offset_known.load(Ordering::Relaxed);
+        let ops: Vec<Option<SystemOp>> = insns
+            .iter()
+            .map(|(_, b)| system_op(b, bitness).filter(|&op| op != SystemOp::Rdtsc || watch_rdtsc))
+            .collect();
+        let has_wrmsr = ops.contains(&Some(SystemOp::Wrmsr));
         if matches!(ops.last(), Some(Some(SystemOp::Cpuid | SystemOp::Rdmsr | SystemOp::Rdtsc))) {
             levels.fixup_successor(last_ip.wrapping_add(last_bytes.len() as u64));
         }
@@ -1861,6 +1874,7 @@ impl Shared {
                 // (late only by the time since the RDTSC ran).
                 let offset = host.wrapping_sub((hi << 32) | (lo & 0xFFFF_FFFF));
                 self.tsc_offset.store(offset, Ordering::Relaxed);
+                self.tsc_offset_known.store(true, Ordering::Relaxed);
             }
         }
         if std::mem::take(&mut v.pending.misc_enable) {
@@ -2556,6 +2570,7 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
         icount_shift: icount_shift(),
         drainer,
         tsc_offset: AtomicU64::new(0),
+        tsc_offset_known: AtomicBool::new(false),
     };
     if SHARED.set(shared).is_err() {
         fail("plugin loaded twice");
