@@ -127,12 +127,14 @@ gbin=$top/target/guest/bin
 bash "$top/tests/guest/build.sh" "$gbin" >/dev/null
 field() { sed -n "s/.*BENCH .* $1=\\([0-9]*\\).*/\\1/p"; }
 np=() cf=() on=() tp=() offp=() gbytes=0 fl=() frl=() e0=() e1=() r0=() fo=() fc=()
-cn=() con=() cr0=() cfr=()
+cn=() con=() cr0=() cfr=() cin=() cind=()
 for _ in $(seq "$runs"); do
   # tests/guest/b_pt_calls.c: a call-heavy ring-0 loop (every RET an indirect transfer whose
   # target the block callback must find), untraced without the plugin and with Intel PT on.
-  cn+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_calls.elf" 2>/dev/null | tr -d '\r' | field on)")
-  con+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_calls.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
+  cplain=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_calls.elf" 2>/dev/null | tr -d '\r')
+  cwith=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_calls.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r')
+  cn+=("$(field on <<<"$cplain")") con+=("$(field on <<<"$cwith")")
+  cin+=("$(field ind <<<"$cplain")") cind+=("$(field ind <<<"$cwith")")
   cr0+=("$(PTTRACE_RECORD=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_calls.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
   [ -n "$floor_record" ] && cfr+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_calls.elf" -plugin "$floor_record" 2>/dev/null | tr -d '\r' | field on)")
   base=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" 2>/dev/null | tr -d '\r')
@@ -177,6 +179,7 @@ echo "call-heavy loop (tests/guest/b_pt_calls.c; guest RDTSC cycles, median of $
 echo "  no plugin:                               $cb"
 echo "  Intel PT on (single range):              $(m "${con[@]}") ($(r "$(m "${con[@]}")" "$cb"))"
 echo "  the same, model at every block:          $(m "${cr0[@]}") ($(r "$(m "${cr0[@]}")" "$cb")) (PTTRACE_RECORD=0)"
+echo "  calls through a table (CALL [mem]): no plugin $(m "${cin[@]}"), Intel PT on $(m "${cind[@]}") ($(r "$(m "${cind[@]}")" "$(m "${cin[@]}")"))"
 [ ${#cfr[@]} -gt 0 ] && echo "  record floor (C ring append per block):  $(m "${cfr[@]}") ($(r "$(m "${cfr[@]}")" "$cb"))"
 
 [ "${BENCH_LINUX:-1}" = 0 ] && exit 0

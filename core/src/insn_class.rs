@@ -259,6 +259,25 @@ pub fn pseudo_descriptor_base_len(bytes: &[u8], bitness: u32) -> Option<usize> {
     }
 }
 
+/// Whether the instruction at the start of `bytes` takes its branch target from memory with its
+/// one load: a near RET (C3H, C2H iw: pops the return address) or a near indirect JMP / CALL
+/// with a memory operand (FF /4, FF /2; a CALL also pushes, a store). The value that load
+/// returns, zero-extended from the operand size, is the next RIP (SDM Vol. 2A "CALL", "JMP",
+/// Vol. 2B "RET"), so it can stand for reading RIP after the instruction.
+pub fn loads_branch_target(bytes: &[u8], bitness: u32) -> bool {
+    let insn = Decoder::with_ip(bitness, bytes, 0, DecoderOptions::NONE).decode();
+    if insn.is_invalid() {
+        return false;
+    }
+    match insn.flow_control() {
+        FlowControl::Return => insn.mnemonic() == Mnemonic::Ret,
+        FlowControl::IndirectBranch | FlowControl::IndirectCall => {
+            (insn.is_jmp_near_indirect() || insn.is_call_near_indirect()) && insn.op0_kind() == OpKind::Memory
+        }
+        _ => false,
+    }
+}
+
 /// Classify the instruction at `ip` whose bytes start `bytes` (64-bit mode unless `bitness` says
 /// otherwise). Returns None if the bytes do not decode to a valid instruction.
 pub fn classify(bytes: &[u8], ip: u64, bitness: u32) -> Option<ClassifiedInsn> {
@@ -429,6 +448,29 @@ pub fn choose_mode(descriptor: Option<ExecMode>, consistent: ModeSet, lma: bool,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn near_ret_and_memory_indirect_jumps_load_their_target_register_forms_and_far_do_not() {
+        for bits in [16, 32, 64] {
+            assert!(loads_branch_target(&[0xC3], bits), "ret {bits}");
+            assert!(loads_branch_target(&[0xC2, 0x08, 0x00], bits), "ret 8 {bits}");
+            assert!(loads_branch_target(&[0xFF, 0x20], bits), "jmp [rax] {bits}");
+            assert!(loads_branch_target(&[0xFF, 0x10], bits), "call [rax] {bits}");
+            assert!(!loads_branch_target(&[0xFF, 0xE0], bits), "jmp rax {bits}");
+            assert!(!loads_branch_target(&[0xFF, 0xD0], bits), "call rax {bits}");
+            assert!(!loads_branch_target(&[0xCB], bits), "retf {bits}");
+            assert!(!loads_branch_target(&[0xFF, 0x28], bits), "jmp far [rax] {bits}");
+            assert!(!loads_branch_target(&[0xFF, 0x18], bits), "call far [rax] {bits}");
+            assert!(!loads_branch_target(&[0xCF], bits), "iret {bits}");
+            assert!(!loads_branch_target(&[0xE9, 0, 0, 0, 0], bits), "jmp rel {bits}");
+            assert!(!loads_branch_target(&[0x8B, 0x00], bits), "mov eax, [rax] {bits}");
+        }
+        // jmp [rip + 0x100] (a PLT entry) and jmp qword [r8] in 64-bit code; in 32-bit code
+        // 41H is INC ECX, not a prefix.
+        assert!(loads_branch_target(&[0xFF, 0x25, 0x00, 0x01, 0x00, 0x00], 64));
+        assert!(loads_branch_target(&[0x41, 0xFF, 0x20], 64));
+        assert!(!loads_branch_target(&[0x41, 0xFF, 0x20], 32));
+    }
 
     fn k(bytes: &[u8]) -> BranchKind {
         classify(bytes, 0x401000, 64).unwrap().kind

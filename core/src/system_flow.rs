@@ -90,6 +90,10 @@ pub struct SysBlock {
     /// twice; `NO_SUCCESSOR` twice when the last instruction has no successor known at
     /// translation (indirect and far transfers, software interrupts).
     succ: [u64; 2],
+    /// The last instruction takes its target from memory with its one load
+    /// (`insn_class::loads_branch_target`): the value loaded is the next RIP. Set by the
+    /// embedder that sees the load (false from `new`).
+    pub target_loaded: bool,
 }
 
 const NO_SUCCESSOR: u64 = u64::MAX;
@@ -106,7 +110,7 @@ impl SysBlock {
             BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => [target, target],
             _ => [NO_SUCCESSOR, NO_SUCCESSOR],
         };
-        SysBlock { insns, last, writes_cr3, direct, succ }
+        SysBlock { insns, last, writes_cr3, direct, succ, target_loaded: false }
     }
 }
 

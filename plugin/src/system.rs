@@ -27,7 +27,7 @@ use pttrace_core::cs_base;
 use pttrace_core::cs_cache::{self, CsLoad};
 use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
 use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits, MsrUnitsMut, UnitWrite};
-use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
+use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::lbr::{BranchRecorder, LbrStack};
@@ -414,8 +414,8 @@ struct Front {
     slot: usize,
     /// RIP after near indirect transfers.
     regs: Regs,
-    /// The return address the last near RET popped (`on_ret_load`), taken by the block after
-    /// it: a RET's new RIP without a register read.
+    /// The target the last near RET or indirect JMP/CALL through memory loaded
+    /// (`on_target_load`), taken by the block after it: its new RIP without a register read.
     ret_rip: Option<u64>,
     last_started: Slot,
     ring: &'static BlockRing<Recorded>,
@@ -1022,11 +1022,12 @@ impl Shared {
                 && matches!(prev.last.kind, BranchKind::IndirectJump | BranchKind::IndirectCall | BranchKind::Return) =>
             {
                 // A near indirect transfer: RIP, exact at block entry, in the page the
-                // translation says (CS and its base are unchanged). After a near RET, RIP is
-                // the value its stack load returned (`on_ret_load`, no register read).
+                // translation says (CS and its base are unchanged). After a near RET or an
+                // indirect JMP/CALL through memory, RIP is the value its load returned
+                // (`on_target_load`, no register read).
                 // (A RET is not predicted from the calls: a translation made in another address
                 // space at the predicted address would pass any check short of reading RIP.)
-                let popped = if prev.last.kind == BranchKind::Return { front.ret_rip.take() } else { None };
+                let popped = if prev.target_loaded { front.ret_rip.take() } else { None };
                 match popped.or_else(|| front.regs.get("rip")) {
                     Some(rip) if (rip ^ info.pc) & 0xFFF == 0 => rip,
                     _ => return Err(last_started),
@@ -1219,10 +1220,13 @@ impl Shared {
                 rep_string: false,
             });
             let writes_cr3 = system_op(last_bytes, bitness) == Some(SystemOp::MovToCr3);
+            let mut block = SysBlock::new(addrs.clone(), last, writes_cr3);
+            // The value of its load reaches the next block (`on_target_load`).
+            block.target_loaded = self.may_record && loads_branch_target(last_bytes, bitness);
             // Lives as long as QEMU, like the callback closures the qemu-plugin crate hands QEMU
             // for every translation (QEMU never tells a plugin that a translation is freed), so
             // the per-block path holds plain references instead of counting them.
-            &*Box::leak(Box::new(SysBlock::new(addrs.clone(), last, writes_cr3)))
+            &*Box::leak(Box::new(block))
         };
         let changes_mode = insns.iter().any(|(_, b)| may_change_mode(b));
         // Kept for the life of the process: QEMU does not say when a translation is freed (the
@@ -1231,7 +1235,7 @@ impl Shared {
         let ends_recording = by_mode.map(|b: &SysBlock| ends_recording(b, changes_mode));
         let recordable = [ExecMode::Bit16, ExecMode::Bit32, ExecMode::Bit64].map(|m| !has_wrmsr && modes.contains(m));
         let proves = [ModeSet(modes.0 & !4).single(), modes.single()];
-        let ends_in_ret = by_mode.iter().any(|b| b.last.kind == BranchKind::Return);
+        let loads_target = by_mode.iter().any(|b| b.target_loaded);
         let info: &'static BlockInfo =
             Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, changes_mode, ends_recording, recordable, proves }));
         // A plain C function with the block's record as user data: no boxed closure per block.
@@ -1258,12 +1262,13 @@ impl Shared {
                     udata,
                 );
             }
-            if ends_in_ret && self.may_record {
-                // The value the RET pops: the next block's RIP (`on_ret_load`).
+            if loads_target {
+                // The value the RET pops or the indirect JMP/CALL loads: the next block's RIP
+                // (`on_target_load`).
                 let last = qemu_plugin::sys::qemu_plugin_tb_get_insn(crate::tb_ptr(tb), insns.len() - 1);
                 qemu_plugin::sys::qemu_plugin_register_vcpu_mem_cb(
                     last,
-                    Some(on_ret_load),
+                    Some(on_target_load),
                     CallbackFlags::QEMU_PLUGIN_CB_NO_REGS,
                     qemu_plugin::sys::qemu_plugin_mem_rw::QEMU_PLUGIN_MEM_R,
                     std::ptr::null_mut(),
@@ -1322,9 +1327,10 @@ impl Shared {
         // (CR0.PG = 0) linear = physical: a translation only runs at the address it was made
         // for, which is exact, CS base included (real mode, issue 12).
         let paging = cr0 & (1 << 31) != 0;
-        // After a near RET that ran to its end, the value it popped is RIP (`on_ret_load`).
+        // After a near RET or indirect JMP/CALL through memory that ran to its end, the value
+        // it loaded is RIP (`on_target_load`).
         let popped = popped.filter(|&r| {
-            after.is_some_and(|(prev, _, _)| prev.last.kind == BranchKind::Return && last_started == prev.last.ip)
+            after.is_some_and(|(prev, _, _)| prev.target_loaded && last_started == prev.last.ip)
                 && (cs_base::linear(v.cs_base, r) ^ info.pc) & 0xFFF == 0
         });
         let pc = if paging && exact {
@@ -2634,12 +2640,15 @@ fn on_block_model(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo
     guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info, last_started, popped)));
 }
 
-/// The stack load of a near RET (C3H / C2H iw, SDM Vol. 2B "RET"): the value it pops is the
-/// RIP the next block starts at (zero-extended from the operand size, as RET loads it), kept
-/// for that block's callback (`Front::ret_rip`) so that it need not read RIP. Registered on
-/// every translation with a block callback whose last instruction is a near RET, so the value
-/// the next block takes is always its predecessor's.
-extern "C" fn on_ret_load(vcpu: VCPUIndex, info: qemu_plugin::sys::qemu_plugin_meminfo_t, _vaddr: u64, _: *mut std::ffi::c_void) {
+/// The load of a near RET (C3H / C2H iw: the return address it pops) or of a near indirect
+/// JMP / CALL through memory (FF /4, FF /2; `insn_class::loads_branch_target`): the value is
+/// the RIP the next block starts at (zero-extended from the operand size, as the instruction
+/// loads it), kept for that block's callback (`Front::ret_rip`) so that it need not read RIP.
+/// Registered on every translation with a block callback whose last instruction is such a
+/// transfer in a mode (`SysBlock::target_loaded`); the next block's callback takes the value
+/// only when the previous block's last instruction, in the tracked mode, is one (so that
+/// load ran and set it).
+extern "C" fn on_target_load(vcpu: VCPUIndex, info: qemu_plugin::sys::qemu_plugin_meminfo_t, _vaddr: u64, _: *mut std::ffi::c_void) {
     use qemu_plugin::sys::qemu_plugin_mem_value_type as T;
     let Some(sh) = SHARED.get() else { return };
     // SAFETY: on the vCPU's own thread (a memory callback of its instruction); `info` is the
