@@ -36,7 +36,7 @@ with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vector
 # Cycle counts (LBR_INFO[15:0] CYC_CNT, the last field of each brstack entry; README "LBR cycle
 # counts"): the emulated core clock (host TSC) between two user branches is nonzero, so most
 # entries (at least 50 %) carry one (0: a record with none, the first after the LBRs were reset).
-with_irqs lbr perf record -q --per-thread --sample-cpu -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b (Arch LBR): $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
+with_irqs lbr perf record -q --per-thread --sample-cpu -T -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b (Arch LBR): $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
 perf script --ns -i lbr.data -F cpu,time,brstack 2>/dev/null | awk -v depth=32 -v irqs=lbr.irqs -v cycles=50 -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 perf script -i lbr.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200
 # Call-stack mode: perf record --call-graph lbr programs IA32_LBR_CTL.CALL_STACK with near calls

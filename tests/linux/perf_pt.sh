@@ -138,7 +138,7 @@ perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk 
 # samples must still number exactly floor(instructions:u / 10000), on both CPUs: the count the
 # kernel reads at each switch-out (RDPMC, mostly in the middle of a user block) and the period it
 # programs on the other vCPU lose or add no instruction. (With perf record's per-CPU events the
-# same run took 1101 samples in 4 of 6 runs, 1102 expected: the first check's failure, forced.)
+# same run took 1101 samples in 5 of 8 runs, 1102 expected: the first check's failure, forced.)
 flip() { until fp=$(pidof calls); do kill -0 $1 2>/dev/null || return; done; while taskset -p -c 1 $fp >/dev/null 2>&1 && taskset -p -c 0 $fp >/dev/null 2>&1; do :; done; }
 perf stat -x, -e instructions:u -o stmig.txt calls 100000 10 >/dev/null; nm=$(awk -F, '/instructions:u/ {print $1}' stmig.txt); perf record -q --per-thread --sample-cpu -e instructions:u -c 10000 -o mig.data calls 100000 10 >/dev/null & rp=$!; flip $rp; wait $rp; ns=$(perf script -i mig.data -F ip 2>/dev/null | wc -l); nc=$(perf script -i mig.data -F cpu 2>/dev/null | sort -u | wc -l); nsw=$(perf script -i mig.data -F cpu 2>/dev/null | uniq | wc -l); echo "instructions:u $nm, samples $ns (expected $((nm / 10000))) on $nc CPUs, $nsw runs of samples on one CPU"; test "$ns" = "$((nm / 10000))" && test "$nc" = 2
 # with_irqs NAME CMD...: runs CMD while a system-wide `perf record` takes the tracepoints of the
@@ -150,7 +150,7 @@ with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vector
 # LBR branch stacks (issue 14): perf record -b programs DEBUGCTL.LBR, LBR_SELECT (user branches
 # only) and FREEZE_LBRS_ON_PMI and reads the 32 LBRs (FROM/TO/INFO, TOS) on each overflow PMI.
 # Exactly floor(instructions:u / 10007) samples (--per-thread: one event for the task, see the
-# instructions:u check above), each with 32 entries (the LBRs freeze at the PMI
+# instructions:u check above; -T: its samples carry no time unless asked), each with 32 entries (the LBRs freeze at the PMI
 # request: the PMI's entry into the kernel is not recorded), and every entry of every stack is a
 # real taken branch of the workload binary (brstack.awk: FROM a branch instruction, TO its encoded
 # target for direct branches and a return address for RETs, MISPRED as the documented static
@@ -161,7 +161,7 @@ with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vector
 # Cycle counts (LBR_INFO[15:0] CYC_CNT, the last field of each brstack entry; README "LBR cycle
 # counts"): the emulated core clock (host TSC) between two user branches is nonzero, so most
 # entries (at least 50 %) carry one (0: a record with none, the first after the LBRs were reset).
-with_irqs lbr perf record -q --per-thread --sample-cpu -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b: $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
+with_irqs lbr perf record -q --per-thread --sample-cpu -T -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b: $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
 perf script --ns -i lbr.data -F cpu,time,brstack 2>/dev/null | awk -v depth=32 -v irqs=lbr.irqs -v cycles=50 -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 perf script -i lbr.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200
 GUEST
