@@ -130,7 +130,8 @@ perf stat -x, -e instructions:u,branches:u -o again.txt calls 3000 >/dev/null; t
 # n0 mod 10000 <= ni mod 10000 (189), as on hardware. Without --per-thread this check failed
 # whenever the guest's scheduler moved the task: 1 CI run in 38 (111 samples), 8 of 60 runs in
 # one boot under host load, 11 of 40 with --sample-cpu, each of those with the task on both CPUs;
-# none of 40 runs pinned to one CPU (taskset -c 1), none of 40 with --per-thread.
+# none of 40 runs pinned to one CPU (taskset -c 1), none of 100 with --per-thread (60 of them
+# in a boot beside a host busy loop, where 6 of 60 default runs took 111).
 echo 100000 > /proc/sys/kernel/perf_event_max_sample_rate; echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent; dmesg | grep 'took too long' | tail -2
 perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); perf record -q --per-thread -e instructions:u -c 10000 -o ins.data calls 100000 >/dev/null; ns=$(perf script -i ins.data -F comm,ip,sym 2>/dev/null | wc -l); nw=$(perf script -i ins.data -F comm,ip,sym,dso 2>/dev/null | grep -c '^ *calls .*(/usr/local/bin/calls)$'); echo "instructions:u $ni, samples $ns (expected $((ni / 10000))), in the workload $nw"; test "$ns" = "$((ni / 10000))" && test "$nw" = "$ns"
 # The same across migrations: while `calls 100000 10` runs (ten times the loop above), the task
