@@ -26,7 +26,8 @@ cat >"$script" <<'GUEST'
 dmesg | grep 'Performance Events:'; dmesg | grep -q 'Performance Events: .*Architectural LBR, .*32-deep LBR' && grep -q -w arch_lbr /proc/cpuinfo
 # perf record -b on Arch LBR: IA32_LBR_CTL = LBREn | USR | all branch types, FREEZE_LBRS_ON_PMI,
 # the 32 records (FROM/TO, INFO's MISPRED and BR_TYPE) read at each overflow PMI. Exactly
-# floor(instructions:u / 10007) samples, every entry a real taken branch of the workload with the
+# floor(instructions:u / 10007) samples (--per-thread: one event for the task, which perf_pt.sh's
+# instructions:u check explains), every entry a real taken branch of the workload with the
 # static predictor's MISPRED (brstack.awk, as for the Skylake LBRs in perf_pt.sh), 32 entries
 # except after an interrupt (its IRET back to ring 3 has a kernel FROM and Linux drops it).
 echo 100000 > /proc/sys/kernel/perf_event_max_sample_rate; echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent
@@ -35,14 +36,14 @@ with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vector
 # Cycle counts (LBR_INFO[15:0] CYC_CNT, the last field of each brstack entry; README "LBR cycle
 # counts"): the emulated core clock (host TSC) between two user branches is nonzero, so most
 # entries (at least 50 %) carry one (0: a record with none, the first after the LBRs were reset).
-with_irqs lbr perf record -q --sample-cpu -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b (Arch LBR): $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
+with_irqs lbr perf record -q --per-thread --sample-cpu -T -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b (Arch LBR): $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
 perf script --ns -i lbr.data -F cpu,time,brstack 2>/dev/null | awk -v depth=32 -v irqs=lbr.irqs -v cycles=50 -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 perf script -i lbr.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200
 # Call-stack mode: perf record --call-graph lbr programs IA32_LBR_CTL.CALL_STACK with near calls
 # and returns (USR); every entry of every stack is a CALL of the workload still open at the
 # sample, each call site at most once per stack (callstack.awk: a RET that did not pop would
 # leave main's call of pttrace_target in the stack once per loop iteration).
-perf record -q --call-graph lbr -e instructions:u -c 10007 -o cs.data calls 100000 >/dev/null; ns=$(perf script -i cs.data -F brstack 2>/dev/null | wc -l); echo "perf record --call-graph lbr: $ns samples (expected $((ni / 10007)))"; test "$ns" = "$((ni / 10007))"
+perf record -q --per-thread --call-graph lbr -e instructions:u -c 10007 -o cs.data calls 100000 >/dev/null; ns=$(perf script -i cs.data -F brstack 2>/dev/null | wc -l); echo "perf record --call-graph lbr: $ns samples (expected $((ni / 10007)))"; test "$ns" = "$((ni / 10007))"
 perf script -i cs.data -F brstack 2>/dev/null | awk -f /pttrace/files/callstack.awk /pttrace/files/calls.insns -
 perf script -i cs.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200; perf report -i cs.data --stdio -G 2>/dev/null | grep -m3 -E 'pttrace_target|main'
 GUEST

@@ -34,8 +34,9 @@ for k in 3000 4000; do perf stat -x, -e instructions:u -o st$k.txt calls $k >/de
 perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); echo "instructions:u $ni"
 # instructions:up (precise_ip 1): PEBS on PMC0 with INST_RETIRED.ANY_P (C0H); the sample IP is
 # the record's RIP, the instruction after the triggering one (trap-like): exactly
-# floor(instructions:u / 10008) samples walking through every instruction of the loop.
-perf record -q -e instructions:up -c 10007 -o p.data calls 100000 >/dev/null; perf script -i p.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -v expect="$((ni / 10008))" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
+# floor(instructions:u / 10008) samples walking through every instruction of the loop
+# (--per-thread: one event for the task, which perf_pt.sh's instructions:u check explains).
+perf record -q --per-thread -e instructions:up -c 10007 -o p.data calls 100000 >/dev/null; perf script -i p.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -v expect="$((ni / 10008))" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
 # cycles:up: Linux's Core 2 alias, INST_RETIRED.ANY_P with INV and CMASK = 16 on PMC0 (every
 # cycle, from the emulated clock). The run must end normally (perf record passes on the
 # workload's status: 139 when it died of SIGSEGV), the kernel must report no segfault, and every

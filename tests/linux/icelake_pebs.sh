@@ -35,11 +35,12 @@ cd /tmp
 for k in 3000 4000; do perf stat -x, -e instructions:u -o st$k.txt calls $k >/dev/null; done; per=$(( ($(awk -F, '/instructions:u/ {print $1}' st4000.txt) - $(awk -F, '/instructions:u/ {print $1}' st3000.txt)) / 1000 )); echo "instructions per call: $per"; test "$per" -gt 3
 perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); echo "instructions:u $ni"
 # instructions:upp: basic records (DATA_CFG 0), the sample IP is the basic group's EventingIP:
-# exactly floor(instructions:u / 10008) samples walking through every instruction of the loop.
-perf record -q -e instructions:upp -c 10007 -o pp.data calls 100000 >/dev/null; perf script -i pp.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -v expect="$((ni / 10008))" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
+# exactly floor(instructions:u / 10008) samples walking through every instruction of the loop
+# (--per-thread: one event for the task, which perf_pt.sh's instructions:u check explains).
+perf record -q --per-thread -e instructions:upp -c 10007 -o pp.data calls 100000 >/dev/null; perf script -i pp.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -v expect="$((ni / 10008))" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
 # instructions:up (precise_ip 1): Linux asks for the GPR group and takes its IP, the
 # instruction after the triggering one (trap-like): the same count, again every loop instruction.
-perf record -q -e instructions:up -c 10007 -o p.data calls 100000 >/dev/null; perf script -i p.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -v expect="$((ni / 10008))" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
+perf record -q --per-thread -e instructions:up -c 10007 -o p.data calls 100000 >/dev/null; perf script -i p.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -v expect="$((ni / 10008))" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
 # cycles:upp: PEBS on fixed counter 1 (no alias on Ice Lake); cycle events take their records at
 # block boundaries (README "PEBS"): samples, each IP an instruction of the binary.
 perf record -q -e cycles:upp -c 100003 -o cpp.data calls 100000 >/dev/null; perf script -i cpp.data -F ip,sym 2>/dev/null | awk -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -

@@ -122,8 +122,26 @@ perf stat -x, -e instructions:u,branches:u -o again.txt calls 3000 >/dev/null; t
 # floor(instructions:u / 10000) samples, all at user addresses of the workload. The kernel's
 # sample-rate throttling times its NMI handler in wall-clock time, which under emulation depends
 # on the host's load (it dropped 74 of 112 samples once): it is switched off for this check.
+# --per-thread: one event for the task, which follows it from CPU to CPU (Linux reads the
+# counter when the task is switched out and programs the period left where it runs next). By
+# default perf record opens one event per CPU for the task (-vv: "pid P cpu 0", "pid P cpu 1"),
+# each with its own period: a task that ran n0 instructions on CPU 0 and n1 on CPU 1 takes
+# floor(n0 / 10000) + floor(n1 / 10000) samples, one fewer than floor(ni / 10000) unless
+# n0 mod 10000 <= ni mod 10000 (189), as on hardware. Without --per-thread this check failed
+# whenever the guest's scheduler moved the task: 1 CI run in 38 (111 samples), 8 of 60 runs in
+# one boot under host load, 11 of 40 with --sample-cpu, each of those with the task on both CPUs;
+# none of 40 runs pinned to one CPU (taskset -c 1), none of 100 with --per-thread (60 of them
+# in a boot beside a host busy loop, where 6 of 60 default runs took 111).
 echo 100000 > /proc/sys/kernel/perf_event_max_sample_rate; echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent; dmesg | grep 'took too long' | tail -2
-perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); perf record -q -e instructions:u -c 10000 -o ins.data calls 100000 >/dev/null; ns=$(perf script -i ins.data -F comm,ip,sym 2>/dev/null | wc -l); nw=$(perf script -i ins.data -F comm,ip,sym,dso 2>/dev/null | grep -c '^ *calls .*(/usr/local/bin/calls)$'); echo "instructions:u $ni, samples $ns (expected $((ni / 10000))), in the workload $nw"; test "$ns" = "$((ni / 10000))" && test "$nw" = "$ns"
+perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); perf record -q --per-thread -e instructions:u -c 10000 -o ins.data calls 100000 >/dev/null; ns=$(perf script -i ins.data -F comm,ip,sym 2>/dev/null | wc -l); nw=$(perf script -i ins.data -F comm,ip,sym,dso 2>/dev/null | grep -c '^ *calls .*(/usr/local/bin/calls)$'); echo "instructions:u $ni, samples $ns (expected $((ni / 10000))), in the workload $nw"; test "$ns" = "$((ni / 10000))" && test "$nw" = "$ns"
+# The same across migrations: while `calls 100000 10` runs (ten times the loop above), the task
+# is moved from CPU to CPU (taskset, as fast as the shell can: 40-100 moves seen), and its
+# samples must still number exactly floor(instructions:u / 10000), on both CPUs: the count the
+# kernel reads at each switch-out (RDPMC, mostly in the middle of a user block) and the period it
+# programs on the other vCPU lose or add no instruction. (With perf record's per-CPU events the
+# same run took 1101 samples in 5 of 8 runs, 1102 expected: the first check's failure, forced.)
+flip() { until fp=$(pidof calls); do kill -0 $1 2>/dev/null || return; done; while taskset -p -c 1 $fp >/dev/null 2>&1 && taskset -p -c 0 $fp >/dev/null 2>&1; do :; done; }
+perf stat -x, -e instructions:u -o stmig.txt calls 100000 10 >/dev/null; nm=$(awk -F, '/instructions:u/ {print $1}' stmig.txt); perf record -q --per-thread --sample-cpu -e instructions:u -c 10000 -o mig.data calls 100000 10 >/dev/null & rp=$!; flip $rp; wait $rp; ns=$(perf script -i mig.data -F ip 2>/dev/null | wc -l); nc=$(perf script -i mig.data -F cpu 2>/dev/null | sort -u | wc -l); nsw=$(perf script -i mig.data -F cpu 2>/dev/null | uniq | wc -l); echo "instructions:u $nm, samples $ns (expected $((nm / 10000))) on $nc CPUs, $nsw runs of samples on one CPU"; test "$ns" = "$((nm / 10000))" && test "$nc" = 2
 # with_irqs NAME CMD...: runs CMD while a system-wide `perf record` takes the tracepoints of the
 # events that enter ring 0 from the middle of user code and IRET back to it: interrupts
 # (irq_vectors:*_entry: local timer, IPIs; irq:irq_handler_entry: device IRQs) and user page
@@ -132,7 +150,8 @@ perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk 
 with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vectors:*_entry' -e irq:irq_handler_entry -e exceptions:page_fault_user -o $wi.irq.data 2>$wi.irq.log & wp=$!; while [ ! -s $wi.irq.data ]; do sleep 0.1; done; sleep 1; "$@"; kill -INT $wp; wait $wp; perf script --ns -i $wi.irq.data -F cpu,time >$wi.irqs 2>/dev/null; }
 # LBR branch stacks (issue 14): perf record -b programs DEBUGCTL.LBR, LBR_SELECT (user branches
 # only) and FREEZE_LBRS_ON_PMI and reads the 32 LBRs (FROM/TO/INFO, TOS) on each overflow PMI.
-# Exactly floor(instructions:u / 10007) samples, each with 32 entries (the LBRs freeze at the PMI
+# Exactly floor(instructions:u / 10007) samples (--per-thread: one event for the task, see the
+# instructions:u check above; -T: its samples carry no time unless asked), each with 32 entries (the LBRs freeze at the PMI
 # request: the PMI's entry into the kernel is not recorded), and every entry of every stack is a
 # real taken branch of the workload binary (brstack.awk: FROM a branch instruction, TO its encoded
 # target for direct branches and a return address for RETs, MISPRED as the documented static
@@ -143,7 +162,7 @@ with_irqs() { wi=$1; shift; rm -f $wi.irq.data; perf record -q -a -e 'irq_vector
 # Cycle counts (LBR_INFO[15:0] CYC_CNT, the last field of each brstack entry; README "LBR cycle
 # counts"): the emulated core clock (host TSC) between two user branches is nonzero, so most
 # entries (at least 50 %) carry one (0: a record with none, the first after the LBRs were reset).
-with_irqs lbr perf record -q --sample-cpu -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b: $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
+with_irqs lbr perf record -q --per-thread --sample-cpu -T -b -e instructions:u -c 10007 -o lbr.data calls 100000 >/dev/null; ns=$(perf script -i lbr.data -F ip 2>/dev/null | wc -l); echo "perf record -b: $ns samples (expected $((ni / 10007))), $(wc -l <lbr.irqs) interrupt events"; test "$ns" = "$((ni / 10007))"
 perf script --ns -i lbr.data -F cpu,time,brstack 2>/dev/null | awk -v depth=32 -v irqs=lbr.irqs -v cycles=50 -f /pttrace/files/brstack.awk /pttrace/files/calls.insns -
 perf script -i lbr.data -F brstacksym 2>/dev/null | sed -n 50p | cut -c1-200
 GUEST
@@ -165,10 +184,11 @@ for k in 3000 4000; do perf stat -x, -e instructions:u -o st$k.txt calls $k >/de
 perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk -F, '/instructions:u/ {print $1}' st100k.txt); echo "instructions:u $ni"
 # instructions:upp: a PEBS record (EventingIP, format 3) per N + 1 instructions (the counter
 # overflows after N, the next instruction triggers the assist, the counter reloads from the DS
-# reset field: Linux's auto-reload), so exactly floor(instructions:u / (N + 1)) samples; every IP
+# reset field: Linux's auto-reload), so exactly floor(instructions:u / (N + 1)) samples (--per-thread:
+# one event for the task, see the first boot's instructions:u check); every IP
 # an instruction of the binary; and, 10008 being coprime to the loop's length, the samples in the
 # loop walk through each of its instructions (sample-ips.awk), which sampling with skid cannot.
-perf record -q -e instructions:upp -c 10007 -o pp.data calls 100000 >/dev/null; perf script -i pp.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -v expect="$((ni / 10008))" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
+perf record -q --per-thread -e instructions:upp -c 10007 -o pp.data calls 100000 >/dev/null; perf script -i pp.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -v expect="$((ni / 10008))" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
 # The contrast that makes the check above mean something: the same period without PEBS
 # (instructions:u, overflow PMI, taken at a block boundary) lands on a few instructions only.
 perf record -q -e instructions:u -c 10007 -o np.data calls 100000 >/dev/null; ! perf script -i np.data -F ip,sym 2>/dev/null | awk -v hot="main pttrace_target" -v per="$per" -f /pttrace/files/sample-ips.awk /pttrace/files/calls.insns -
