@@ -141,7 +141,11 @@ perf stat -x, -e instructions:u -o st100k.txt calls 100000 >/dev/null; ni=$(awk 
 # programs on the other vCPU lose or add no instruction. (With perf record's per-CPU events the
 # same run took 1101 samples in 5 of 8 runs, 1102 expected: the first check's failure, forced.)
 flip() { until fp=$(pidof calls); do kill -0 $1 2>/dev/null || return; done; while taskset -p -c 1 $fp >/dev/null 2>&1 && taskset -p -c 0 $fp >/dev/null 2>&1; do :; done; }
-perf stat -x, -e instructions:u -o stmig.txt calls 100000 10 >/dev/null; nm=$(awk -F, '/instructions:u/ {print $1}' stmig.txt); perf record -q --per-thread --sample-cpu -e instructions:u -c 10000 -o mig.data calls 100000 10 >/dev/null & rp=$!; flip $rp; wait $rp; ns=$(perf script -i mig.data -F ip 2>/dev/null | wc -l); nc=$(perf script -i mig.data -F cpu 2>/dev/null | sort -u | wc -l); nsw=$(perf script -i mig.data -F cpu 2>/dev/null | uniq | wc -l); echo "instructions:u $nm, samples $ns (expected $((nm / 10000))) on $nc CPUs, $nsw runs of samples on one CPU"; test "$ns" = "$((nm / 10000))" && test "$nc" = 2
+# The run starts pinned to CPU 0 (perf and its child inherit `taskset -c 0`), and the shell's
+# moves reach the task only while it runs: one CI run under load took all 1102 samples on one
+# CPU (exact, but no migration tested). So up to 3 runs: each must take exactly the expected
+# samples, and one of them must have samples on both CPUs.
+perf stat -x, -e instructions:u -o stmig.txt calls 100000 10 >/dev/null; nm=$(awk -F, '/instructions:u/ {print $1}' stmig.txt); mok=1; for try in 1 2 3; do taskset -c 0 perf record -q --per-thread --sample-cpu -e instructions:u -c 10000 -o mig.data calls 100000 10 >/dev/null & rp=$!; flip $rp; wait $rp; ns=$(perf script -i mig.data -F ip 2>/dev/null | wc -l); nc=$(perf script -i mig.data -F cpu 2>/dev/null | sort -u | wc -l); nsw=$(perf script -i mig.data -F cpu 2>/dev/null | uniq | wc -l); echo "run $try: instructions:u $nm, samples $ns (expected $((nm / 10000))) on $nc CPUs, $nsw runs of samples on one CPU"; [ "$ns" = "$((nm / 10000))" ] || mok=0; [ "$mok" = 1 ] && [ "$nc" = 2 ] && break; [ "$mok" = 1 ] || break; done; test "$mok" = 1 && test "$nc" = 2
 # with_irqs NAME CMD...: runs CMD while a system-wide `perf record` takes the tracepoints of the
 # events that enter ring 0 from the middle of user code and IRET back to it: interrupts
 # (irq_vectors:*_entry: local timer, IPIs; irq:irq_handler_entry: device IRQs) and user page
