@@ -13,7 +13,8 @@
 # lands at a point that depends on host time: t_pt_transfers, t_pt_smp, t_stress_smp) and guests
 # without Intel PT output. b_pt_loop (make bench's workload,
 # ~9 M blocks per traced phase) is included: it is the one that fills rings and ToPA regions; so
-# is b_pt_calls (a RET per ~3 blocks: the recorded path takes RET targets from the popped value).
+# is b_pt_calls (a RET per ~3 blocks, and calls through a table: the recorded path takes those
+# targets from the value their load returned).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin=$top/target/guest/bin

@@ -416,7 +416,7 @@ struct Front {
     regs: Regs,
     /// The target the last near RET or indirect JMP/CALL through memory loaded
     /// (`on_target_load`), taken by the block after it: its new RIP without a register read.
-    ret_rip: Option<u64>,
+    loaded_rip: Option<u64>,
     last_started: Slot,
     ring: &'static BlockRing<Recorded>,
     /// IA32_RTIT_CTL.MTCEn: the host TSC is sampled as blocks execute (`tsc`, `tsc_countdown`).
@@ -967,7 +967,7 @@ impl Shared {
                     after: None,
                     slot: mode_slot(ExecMode::Bit64),
                     regs: Regs::discover(),
-                    ret_rip: None,
+                    loaded_rip: None,
                     last_started: self.last_started.slot(vcpu),
                     ring,
                     mtc: false,
@@ -1027,8 +1027,8 @@ impl Shared {
                 // (`on_target_load`, no register read).
                 // (A RET is not predicted from the calls: a translation made in another address
                 // space at the predicted address would pass any check short of reading RIP.)
-                let popped = if prev.target_loaded { front.ret_rip.take() } else { None };
-                match popped.or_else(|| front.regs.get("rip")) {
+                let loaded = if prev.target_loaded { front.loaded_rip.take() } else { None };
+                match loaded.or_else(|| front.regs.get("rip")) {
                     Some(rip) if (rip ^ info.pc) & 0xFFF == 0 => rip,
                     _ => return Err(last_started),
                 }
@@ -1285,7 +1285,7 @@ impl Shared {
 
     /// A block is about to execute and the model runs it now (`last_started` already taken by
     /// the block callback, or None).
-    fn on_block(&self, v: &mut Vcpu, info: &'static BlockInfo, last_started: Option<u64>, popped: Option<u64>) {
+    fn on_block(&self, v: &mut Vcpu, info: &'static BlockInfo, last_started: Option<u64>, loaded: Option<u64>) {
         if v.pending.any() {
             self.apply_pending(v);
         }
@@ -1329,14 +1329,14 @@ impl Shared {
         let paging = cr0 & (1 << 31) != 0;
         // After a near RET or indirect JMP/CALL through memory that ran to its end, the value
         // it loaded is RIP (`on_target_load`).
-        let popped = popped.filter(|&r| {
+        let loaded = loaded.filter(|&r| {
             after.is_some_and(|(prev, _, _)| prev.target_loaded && last_started == prev.last.ip)
                 && (cs_base::linear(v.cs_base, r) ^ info.pc) & 0xFFF == 0
         });
         let pc = if paging && exact {
             after
                 .and_then(|(prev, delta, _)| successor_pc(prev, delta, last_started, info.pc))
-                .unwrap_or_else(|| rip.or(popped).or_else(|| v.regs.get("rip")).map_or(info.pc, |rip| cs_base::linear(v.cs_base, rip)))
+                .unwrap_or_else(|| rip.or(loaded).or_else(|| v.regs.get("rip")).map_or(info.pc, |rip| cs_base::linear(v.cs_base, rip)))
         } else {
             info.pc
         };
@@ -2622,28 +2622,28 @@ extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
     let info: &'static BlockInfo = unsafe { &*(info as *const BlockInfo) };
     let Some(sh) = SHARED.get() else { return };
     // SAFETY: the block callback runs on the vCPU's own thread; the reference ends here.
-    let (last_started, popped) = match unsafe { sh.front(vcpu) } {
+    let (last_started, loaded) = match unsafe { sh.front(vcpu) } {
         Some(front) => match Shared::record_block(front, info) {
             Ok(()) => return,
-            Err(last_started) => (Some(last_started), front.ret_rip.take()),
+            Err(last_started) => (Some(last_started), front.loaded_rip.take()),
         },
         None => (None, None),
     };
-    on_block_model(sh, vcpu, info, last_started, popped);
+    on_block_model(sh, vcpu, info, last_started, loaded);
 }
 
 /// The block callback's path through the model, out of line so that recording a block (the
 /// common case) saves no registers.
 #[cold]
 #[inline(never)]
-fn on_block_model(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo, last_started: Option<u64>, popped: Option<u64>) {
-    guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info, last_started, popped)));
+fn on_block_model(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo, last_started: Option<u64>, loaded: Option<u64>) {
+    guarded("block callback", || sh.with_vcpu(vcpu, |sh, v| sh.on_block(v, info, last_started, loaded)));
 }
 
 /// The load of a near RET (C3H / C2H iw: the return address it pops) or of a near indirect
 /// JMP / CALL through memory (FF /4, FF /2; `insn_class::loads_branch_target`): the value is
 /// the RIP the next block starts at (zero-extended from the operand size, as the instruction
-/// loads it), kept for that block's callback (`Front::ret_rip`) so that it need not read RIP.
+/// loads it), kept for that block's callback (`Front::loaded_rip`) so that it need not read RIP.
 /// Registered on every translation with a block callback whose last instruction is such a
 /// transfer in a mode (`SysBlock::target_loaded`); the next block's callback takes the value
 /// only when the previous block's last instruction, in the tracked mode, is one (so that
@@ -2657,7 +2657,7 @@ extern "C" fn on_target_load(vcpu: VCPUIndex, info: qemu_plugin::sys::qemu_plugi
     unsafe {
         let Some(front) = sh.front(vcpu) else { return };
         let v = qemu_plugin::sys::qemu_plugin_mem_get_value(info);
-        front.ret_rip = Some(match v.type_ {
+        front.loaded_rip = Some(match v.type_ {
             T::QEMU_PLUGIN_MEM_VALUE_U8 => u64::from(v.data.u8_),
             T::QEMU_PLUGIN_MEM_VALUE_U16 => u64::from(v.data.u16_),
             T::QEMU_PLUGIN_MEM_VALUE_U32 => u64::from(v.data.u32_),
