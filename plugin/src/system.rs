@@ -901,8 +901,10 @@ impl Shared {
             let info = r.info;
             delta = r.pc.wrapping_sub(info.pc);
             Self::prove_mode(&mut v.proven, info, key, lma);
-            let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: info.modes, proven: v.proven, cached: sink.inner.pt.context().mode, cs_load: v.cs_load };
-            v.flow.block(&mut sink, r.pc, &info.by_mode, delta, r.last_started, &mut cpu);
+            if !v.flow.steady_block(&mut sink, r.pc, &info.by_mode, delta, r.last_started) {
+                let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: info.modes, proven: v.proven, cached: sink.inner.pt.context().mode, cs_load: v.cs_load };
+                v.flow.block(&mut sink, r.pc, &info.by_mode, delta, r.last_started, &mut cpu);
+            }
         }
         sink.commit();
         v.pc_delta = delta;
