@@ -39,7 +39,7 @@ use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
-use pttrace_core::system_cpu::{self, wrmsr::Wrmsr, GuestPort, Reg, SystemCpu};
+use pttrace_core::system_cpu::{self, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, Reg, SystemCpu};
 use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
@@ -2017,76 +2017,18 @@ impl Shared {
     /// WRMSR about to execute: the facade decides (`pttrace_core::system_cpu::wrmsr`), the
     /// plugin's `QemuPort` carries out what only QEMU can.
     fn wrmsr(&self, v: &mut Vcpu, ip: u64, nlip: u64) {
-        let effect = system_cpu::wrmsr::wrmsr(&mut QemuPort { sh: self, v, mem: PhysMem }, &self.msr_map(), ip, nlip);
+        let effect = system_cpu::wrmsr::wrmsr(&mut QemuPort::new(self, v), &self.msr_map(), ip, nlip);
         if effect == Wrmsr::Pt(WriteEffect::TraceEnabled) {
             // meta.txt: the settings of every enabling WRMSR (e.g. DisTNT) for the decoder.
             self.ctl_used.fetch_or(v.msrs.ctl.0, Ordering::Relaxed);
         }
     }
 
-    /// QEMU's TCG does not implement RDPMC and has just delivered #UD for it. Undo the delivery
-    /// (the interrupt frame on the handler's stack holds the interrupted RIP, CS, RFLAGS, RSP,
-    /// SS) and complete the instruction: EDX:EAX = the counter ECX selects, resume after it.
-    /// When the PMU says RDPMC faults, the #UD is turned into the #GP(0) hardware raises
-    /// (`ud_to_gp`).
+    /// QEMU's TCG does not implement RDPMC and has just delivered #UD for it: the facade
+    /// completes it from the PMU or re-delivers the #GP(0) hardware raises
+    /// (`pttrace_core::system_cpu::rdpmc`).
     fn complete_rdpmc(&self, v: &mut Vcpu, resume: u64) -> RdpmcOutcome {
-        let Some(rsp) = v.regs.get("rsp") else { return RdpmcOutcome::Unchanged };
-        let frame: Option<Vec<u64>> = (0..5).map(|i| guest::read_u64(rsp + 8 * i)).collect();
-        let Some(frame) = frame else { return RdpmcOutcome::Unchanged };
-        let (cs, rflags, old_rsp, ss) = (frame[1], frame[2], frame[3], frame[4]);
-        let cr4 = v.regs.get("cr4").unwrap_or(0);
-        let protected = v.regs.get("cr0").unwrap_or(0) & 1 != 0;
-        if protected && cs & 3 != 0 && cr4 & (1 << 8) == 0 {
-            // QEMU's helper_rdpmc raises #GP(0) itself for CR4.PCE = 0 at CPL > 0 (before its
-            // #UD): that is the hardware's exception already.
-            return RdpmcOutcome::Unchanged;
-        }
-        let value = match v.pmu.rdpmc(v.regs.get("rcx").unwrap_or(0) as u32, (cs & 3) as u8, cr4 & (1 << 8) != 0, protected) {
-            Ok(value) => value,
-            Err(_) => return self.ud_to_gp(v, rsp, rflags).map_or(RdpmcOutcome::Unchanged, RdpmcOutcome::Gp),
-        };
-        if cs & 3 != v.regs.get("cs").unwrap_or(0) & 3 && !(v.regs.set("cs", cs) && v.regs.set("ss", ss)) {
-            return RdpmcOutcome::Unchanged;
-        }
-        v.regs.set("rsp", old_rsp);
-        // The frame's status flags and DF are still TCG's lazy state (the delivery did not
-        // change it); only the system flags go back into the EFLAGS word (`core::rflags`).
-        v.regs.set("eflags", pttrace_core::rflags::tcg_eflags_word(rflags));
-        v.regs.set("rip", resume);
-        v.regs.set("rax", value & 0xFFFF_FFFF);
-        v.regs.set("rdx", value >> 32);
-        RdpmcOutcome::Completed
-    }
-
-    /// QEMU delivered #UD (vector 6, no error code) for an RDPMC that raises #GP(0) on
-    /// hardware: push the error code on the same stack and enter the #GP handler instead (64-bit
-    /// mode, gates 6 and 13 on the same stack). Returns the #GP handler's address.
-    fn ud_to_gp(&self, v: &mut Vcpu, rsp: u64, saved_rflags: u64) -> Option<u64> {
-        use pttrace_core::guest_mem::LinearMemory;
-        use pttrace_core::idt::{ud_redeliverable_as_gp, Gate64};
-        if v.regs.get("efer").unwrap_or(0) & (1 << 10) == 0 {
-            return None;
-        }
-        let idt = v.idt_base?;
-        let gate = |n: u64| {
-            let mut b = [0u8; 16];
-            guest::read_vaddr(idt + 16 * n, &mut b).then(|| Gate64::parse(&b))
-        };
-        let (ud, gp) = (gate(6)?, gate(13)?);
-        if !ud_redeliverable_as_gp(ud, gp) {
-            return None;
-        }
-        let new_rsp = rsp.wrapping_sub(8);
-        LinearMem.write_linear(new_rsp, &0u64.to_le_bytes()).ok()?;
-        v.regs.set("rsp", new_rsp);
-        if u64::from(gp.selector) != v.regs.get("cs").unwrap_or(0) {
-            v.regs.set("cs", u64::from(gp.selector));
-        }
-        let flags = v.regs.get("eflags").unwrap_or(0);
-        let if_flag = if gp.clears_if() { 0 } else { saved_rflags & (1 << 9) };
-        v.regs.set("eflags", (flags & !(1 << 9)) | if_flag);
-        v.regs.set("rip", gp.offset);
-        Some(gp.offset)
+        system_cpu::rdpmc::complete(&mut QemuPort::new(self, v), resume)
     }
 
     /// Make QEMU raise #GP(0) at the WRMSR about to execute: IA32_APIC_BASE with reserved bits
@@ -2322,10 +2264,18 @@ struct QemuPort<'a> {
     sh: &'a Shared,
     v: &'a mut Vcpu,
     mem: PhysMem,
+    linear: LinearMem,
+}
+
+impl<'a> QemuPort<'a> {
+    fn new(sh: &'a Shared, v: &'a mut Vcpu) -> Self {
+        QemuPort { sh, v, mem: PhysMem, linear: LinearMem }
+    }
 }
 
 impl GuestPort for QemuPort<'_> {
     type Mem = PhysMem;
+    type Linear = LinearMem;
 
     fn cpu(&mut self) -> SystemCpu<'_, PhysMem> {
         let v = &mut *self.v;
@@ -2344,14 +2294,19 @@ impl GuestPort for QemuPort<'_> {
     }
 
     fn reg(&mut self, reg: Reg) -> u64 {
-        let r = &self.v.regs;
-        match reg {
-            Reg::Rax => r.get("rax"),
-            Reg::Rcx => r.get("rcx"),
-            Reg::Rdx => r.get("rdx"),
-            Reg::Rflags => r.get("eflags"),
-        }
-        .unwrap_or(0)
+        self.v.regs.get(reg_name(reg)).unwrap_or(0)
+    }
+
+    fn set_reg(&mut self, reg: Reg, value: u64) -> bool {
+        self.v.regs.set(reg_name(reg), value)
+    }
+
+    fn idt_base(&mut self) -> Option<u64> {
+        self.v.idt_base
+    }
+
+    fn linear(&mut self) -> &mut LinearMem {
+        &mut self.linear
     }
 
     fn context(&mut self) -> Context {
@@ -2401,6 +2356,24 @@ impl GuestPort for QemuPort<'_> {
     }
 }
 
+/// The gdbstub name of a register the facade uses (`crate::regs`).
+#[inline(always)]
+fn reg_name(reg: Reg) -> &'static str {
+    match reg {
+        Reg::Rax => "rax",
+        Reg::Rcx => "rcx",
+        Reg::Rdx => "rdx",
+        Reg::Rsp => "rsp",
+        Reg::Rip => "rip",
+        Reg::Rflags => "eflags",
+        Reg::Cs => "cs",
+        Reg::Ss => "ss",
+        Reg::Cr0 => "cr0",
+        Reg::Cr4 => "cr4",
+        Reg::Efer => "efer",
+    }
+}
+
 fn system_meta(opts: &SystemOptions) -> String {
     format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","))
 }
@@ -2437,16 +2410,6 @@ fn decoder_meta(used: RtitCtl) -> String {
         m.push_str("event_trace=1\n");
     }
     m
-}
-
-/// What became of the #UD QEMU raised for an RDPMC.
-enum RdpmcOutcome {
-    /// The instruction was completed from the PMU model; no exception.
-    Completed,
-    /// The PMU says #GP(0): re-delivered to the #GP handler at this address.
-    Gp(u64),
-    /// Left as QEMU delivered it.
-    Unchanged,
 }
 
 /// Effective linear address of the memory operand of the instruction in `bytes` (flat segments

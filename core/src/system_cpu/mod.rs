@@ -7,12 +7,15 @@
 //! a small trait, [`GuestPort`]; the plugin implements it with QEMU calls, the tests with a fake.
 //!
 //! - [`wrmsr`]: WRMSR (SDM Vol. 4 MSR map; Vol. 3C §33.2.8 IA32_RTIT_CTL, Vol. 3B §20.2 PMU).
+//! - [`rdpmc`]: RDPMC, which QEMU's TCG does not implement (it raises #UD): completed from the
+//!   PMU, or re-delivered as the #GP(0) hardware raises.
 
+pub mod rdpmc;
 pub mod wrmsr;
 
 use crate::arch_lbr::ArchLbr;
 use crate::bts::BranchTraceStore;
-use crate::guest_mem::GuestMemory;
+use crate::guest_mem::{GuestMemory, LinearMemory};
 use crate::lbr::LbrStack;
 use crate::pmu::{Pmu, STATUS_LBR_FRZ};
 use crate::pt::caps::PtCaps;
@@ -51,12 +54,21 @@ pub enum Reg {
     Rax,
     Rcx,
     Rdx,
+    Rsp,
+    Rip,
     Rflags,
+    Cs,
+    Ss,
+    Cr0,
+    Cr4,
+    /// IA32_EFER.
+    Efer,
 }
 
 /// What the facade needs from the emulator around one instruction of the guest.
 pub trait GuestPort {
     type Mem: GuestMemory;
+    type Linear: LinearMemory;
 
     /// The CPU's units (borrowed until the next call of the port).
     fn cpu(&mut self) -> SystemCpu<'_, Self::Mem>;
@@ -65,6 +77,13 @@ pub trait GuestPort {
 
     /// The register's value (zero-extended).
     fn reg(&mut self, reg: Reg) -> u64;
+    /// Write the register (with its own width); false if the emulator refused.
+    fn set_reg(&mut self, reg: Reg, value: u64) -> bool;
+    /// IDTR.base as the guest last loaded it (LIDT), if known.
+    fn idt_base(&mut self) -> Option<u64>;
+    /// Guest linear memory of the current CPU (its page tables; an unmapped page fails the
+    /// access, no #PF).
+    fn linear(&mut self) -> &mut Self::Linear;
     /// CPL, CR3 and the execution mode at the current instruction (SDM §33.4.2.8).
     fn context(&mut self) -> Context;
     /// CS.base of the descriptor cache at the current instruction.

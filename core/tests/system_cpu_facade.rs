@@ -1,9 +1,12 @@
-//! WRMSR through the per-CPU facade (`system_cpu::wrmsr`, issue 13): which unit a write reaches,
-//! the #GP(0) of a refused write with the guest's registers to restore, the TraceEn 0 -> 1 and
-//! 1 -> 0 sequences with the output unit started and flushed, the PMU counting the instructions
-//! before a WRMSR under the old configuration, and MSRs left to the emulator. The guest is a
-//! fake port that records what the facade asked of it; its output steps store packets through
-//! the same `pt::enable::store_packets` the plugin uses.
+//! The per-CPU facade (`system_cpu`, issue 13) driven through a fake guest port that records
+//! what the facade asked of it; its output steps store packets through the same
+//! `pt::enable::store_packets` the plugin uses, and its memory is linear = physical.
+//!
+//! WRMSR (`system_cpu::wrmsr`): which unit a write reaches, the #GP(0) of a refused write with
+//! the guest's registers to restore, the TraceEn 0 -> 1 and 1 -> 0 sequences with the output unit
+//! started and flushed, the PMU counting the instructions before a WRMSR under the old
+//! configuration, and MSRs left to the emulator. RDPMC (`system_cpu::rdpmc`): the #UD QEMU
+//! delivers undone and the instruction completed from the PMU, or re-delivered as #GP(0).
 
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::bts::BranchTraceStore;
@@ -18,6 +21,7 @@ use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
+use pttrace_core::system_cpu::rdpmc::{self, Rdpmc};
 use pttrace_core::system_cpu::wrmsr::{wrmsr, Wrmsr};
 use pttrace_core::system_cpu::{GuestPort, Reg, SystemCpu};
 
@@ -64,8 +68,11 @@ struct Fake {
     bts: BranchTraceStore,
     rtit: Option<RtitTracer>,
     mem: SparseMemory,
-    /// RAX, RCX, RDX, RFLAGS.
-    regs: [u64; 4],
+    /// Indexed by `Reg as usize`.
+    regs: [u64; 11],
+    /// Every register write, in order.
+    reg_writes: Vec<(Reg, u64)>,
+    idt_base: Option<u64>,
     ctx: Context,
     cs_base: u64,
     calls: Vec<Call>,
@@ -88,19 +95,27 @@ impl Fake {
             bts: BranchTraceStore::new(true),
             rtit: None,
             mem,
-            regs: [0, 0, 0, 1 << 9],
+            regs: [0; 11],
+            reg_writes: Vec::new(),
+            idt_base: None,
             ctx: Context { cpl: 0, cr3: 0x5000, mode: ExecMode::Bit64 },
             cs_base: 0,
             calls: Vec::new(),
             stored: Vec::new(),
         }
+        .with(Reg::Rflags, 1 << 9)
+    }
+
+    fn with(mut self, reg: Reg, value: u64) -> Fake {
+        self.regs[reg as usize] = value;
+        self
     }
 
     /// WRMSR of `value` to `index` at `ip` (a 2-byte instruction).
     fn wrmsr(&mut self, map: &MsrMap, index: u32, value: u64, ip: u64) -> Wrmsr {
-        self.regs[0] = 0xDEAD_0000_0000_0000 | (value & 0xFFFF_FFFF); // RAX[63:32] is ignored
-        self.regs[1] = u64::from(index);
-        self.regs[2] = value >> 32;
+        self.regs[Reg::Rax as usize] = 0xDEAD_0000_0000_0000 | (value & 0xFFFF_FFFF); // RAX[63:32] is ignored
+        self.regs[Reg::Rcx as usize] = u64::from(index);
+        self.regs[Reg::Rdx as usize] = value >> 32;
         wrmsr(self, map, ip, ip + 2)
     }
 
@@ -112,6 +127,7 @@ impl Fake {
 
 impl GuestPort for Fake {
     type Mem = SparseMemory;
+    type Linear = SparseMemory;
 
     fn cpu(&mut self) -> SystemCpu<'_, SparseMemory> {
         SystemCpu {
@@ -128,12 +144,18 @@ impl GuestPort for Fake {
         }
     }
     fn reg(&mut self, reg: Reg) -> u64 {
-        self.regs[match reg {
-            Reg::Rax => 0,
-            Reg::Rcx => 1,
-            Reg::Rdx => 2,
-            Reg::Rflags => 3,
-        }]
+        self.regs[reg as usize]
+    }
+    fn set_reg(&mut self, reg: Reg, value: u64) -> bool {
+        self.reg_writes.push((reg, value));
+        self.regs[reg as usize] = value;
+        true
+    }
+    fn idt_base(&mut self) -> Option<u64> {
+        self.idt_base
+    }
+    fn linear(&mut self) -> &mut SparseMemory {
+        &mut self.mem
     }
     fn context(&mut self) -> Context {
         self.ctx
@@ -319,4 +341,128 @@ fn atom_rtit_takes_its_msrs_and_faults_intel_pts_on_silvermont() {
     f.calls.clear();
     assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, CTL_TRACE_OS_BRANCHES, 0x602), Wrmsr::Gp, "no Intel PT on Silvermont");
     assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { rcx: u64::from(IA32_RTIT_CTL), rdx: 0 }]);
+}
+
+// RDPMC ------------------------------------------------------------------------------------------
+
+/// The #UD handler's stack (the frame QEMU pushed is at `HANDLER_RSP`) and the IDT.
+const HANDLER_RSP: u64 = 0x8000;
+const IDT: u64 = 0xA000;
+/// IA32_PMC0 and IA32_PERFEVTSEL0.
+const IA32_PMC0: u32 = 0xC1;
+/// CR0.PE | CR0.ET | CR0.PG; CR4[8] PCE; IA32_EFER LME | LMA.
+const CR0_PAGED: u64 = 0x8000_0011;
+const CR4_PCE: u64 = 1 << 8;
+const EFER_LMA: u64 = 0x500;
+
+/// A CPU in IA-32e mode right after QEMU delivered #UD for an RDPMC of user code at 401000H
+/// (RFLAGS ZF, PF and IF set): the handler runs at CPL 0 on `HANDLER_RSP`.
+fn at_ud_of_user_rdpmc(cr4: u64, ecx: u64) -> Fake {
+    let mut f = Fake::new(PtCaps::SKYLAKE, PmuCaps::SKYLAKE)
+        .with(Reg::Rsp, HANDLER_RSP)
+        .with(Reg::Cs, 0x10)
+        .with(Reg::Ss, 0x18)
+        .with(Reg::Cr0, CR0_PAGED)
+        .with(Reg::Cr4, cr4)
+        .with(Reg::Efer, EFER_LMA)
+        .with(Reg::Rcx, ecx)
+        // The #UD went through an interrupt gate: IF = 0 in the handler.
+        .with(Reg::Rflags, 0x2);
+    f.mem.add_ram(0x7000, 0x2000).add_ram(IDT, 0x1000);
+    // RIP, CS, RFLAGS, RSP, SS of the user code.
+    for (i, v) in [0x40_1000, 0x33, 0x246, 0x7FFF_F000, 0x2B].into_iter().enumerate() {
+        use pttrace_core::guest_mem::GuestMemory;
+        f.mem.write_u64(HANDLER_RSP + 8 * i as u64, v).unwrap();
+    }
+    f
+}
+
+/// An IA-32e IDT gate (SDM Vol. 3A Figure 6-8): `ty` 0xE interrupt gate, 0xF trap gate.
+fn set_gate(f: &mut Fake, vector: u64, offset: u64, ty: u8) {
+    use pttrace_core::guest_mem::GuestMemory;
+    let mut b = [0u8; 16];
+    b[0..2].copy_from_slice(&(offset as u16).to_le_bytes());
+    b[2..4].copy_from_slice(&0x10u16.to_le_bytes());
+    b[5] = 0x80 | ty;
+    b[6..8].copy_from_slice(&((offset >> 16) as u16).to_le_bytes());
+    b[8..12].copy_from_slice(&((offset >> 32) as u32).to_le_bytes());
+    f.mem.write_phys(IDT + 16 * vector, &b).unwrap();
+    f.idt_base = Some(IDT);
+}
+
+#[test]
+fn user_rdpmc_with_cr4_pce_completes_from_the_counter_and_returns_to_the_user_code() {
+    let mut f = at_ud_of_user_rdpmc(CR4_PCE, 0);
+    // IA32_PMC0[31:0] written, sign-extended to the 48-bit counter (SDM Vol. 3B §20.2.6).
+    f.pmu.write(IA32_PMC0, 0x8765_4321).unwrap();
+    let counter = f.pmu.read(IA32_PMC0).unwrap();
+    assert_eq!(counter, 0xFFFF_8765_4321);
+    assert_eq!(rdpmc::complete(&mut f, 0x40_1002), Rdpmc::Completed);
+    assert_eq!(
+        f.reg_writes,
+        vec![
+            (Reg::Cs, 0x33),
+            (Reg::Ss, 0x2B),
+            (Reg::Rsp, 0x7FFF_F000),
+            // The frame's system flags only (IF, bit 1): ZF and PF stay TCG's lazy state.
+            (Reg::Rflags, 0x202),
+            (Reg::Rip, 0x40_1002),
+            (Reg::Rax, 0x8765_4321),
+            (Reg::Rdx, 0xFFFF),
+        ]
+    );
+}
+
+#[test]
+fn user_rdpmc_with_cr4_pce_clear_keeps_the_gp_qemu_raised() {
+    // QEMU's helper_rdpmc raised #GP(0) itself (before its #UD): with gates through which a
+    // #UD could be re-delivered, nothing is re-delivered a second time.
+    let mut f = at_ud_of_user_rdpmc(0, 0);
+    set_gate(&mut f, 6, 0x1000, 0xE);
+    set_gate(&mut f, 13, 0x2000, 0xE);
+    assert_eq!(rdpmc::complete(&mut f, 0x40_1002), Rdpmc::Unchanged);
+    assert!(f.reg_writes.is_empty());
+    assert!(!f.mem.writes.iter().any(|&(a, _)| a == HANDLER_RSP - 8), "no error code pushed");
+}
+
+#[test]
+fn rdpmc_of_a_counter_the_pmu_lacks_is_redelivered_as_gp_with_error_code_0() {
+    // ECX = 8: Skylake has 4 general-purpose counters per thread.
+    for (gp_type, eflags) in [(0xE, 0x2), (0xF, 0x202)] {
+        let mut f = at_ud_of_user_rdpmc(CR4_PCE, 8);
+        {
+            use pttrace_core::guest_mem::GuestMemory;
+            f.mem.write_u64(HANDLER_RSP - 8, 0xAAAA).unwrap();
+        }
+        set_gate(&mut f, 6, 0xFFFF_FFFF_8100_1000, 0xE);
+        set_gate(&mut f, 13, 0xFFFF_FFFF_8100_2000, gp_type);
+        assert_eq!(rdpmc::complete(&mut f, 0x40_1002), Rdpmc::Gp(0xFFFF_FFFF_8100_2000));
+        // Same selector: CS is not written. An interrupt gate leaves IF = 0, a trap gate the
+        // interrupted code's IF = 1.
+        assert_eq!(f.reg_writes, vec![(Reg::Rsp, HANDLER_RSP - 8), (Reg::Rflags, eflags), (Reg::Rip, 0xFFFF_FFFF_8100_2000)]);
+        assert_eq!(f.mem.bytes(HANDLER_RSP - 8, 8), vec![0; 8], "error code 0 below the frame");
+    }
+}
+
+#[test]
+fn rdpmc_whose_counter_faults_stays_a_ud_when_gp_cannot_be_delivered_the_same_way() {
+    // Outside IA-32e mode, without an IDT, or with #GP on another stack (IST 1).
+    let mut legacy = at_ud_of_user_rdpmc(CR4_PCE, 8).with(Reg::Efer, 0);
+    set_gate(&mut legacy, 6, 0x1000, 0xE);
+    set_gate(&mut legacy, 13, 0x2000, 0xE);
+    assert_eq!(rdpmc::complete(&mut legacy, 0x40_1002), Rdpmc::Unchanged);
+    let mut no_idt = at_ud_of_user_rdpmc(CR4_PCE, 8);
+    assert_eq!(rdpmc::complete(&mut no_idt, 0x40_1002), Rdpmc::Unchanged);
+    let mut ist = at_ud_of_user_rdpmc(CR4_PCE, 8);
+    set_gate(&mut ist, 6, 0x1000, 0xE);
+    set_gate(&mut ist, 13, 0x2000, 0xE);
+    {
+        use pttrace_core::guest_mem::GuestMemory;
+        ist.mem.write_phys(IDT + 16 * 13 + 4, &[1]).unwrap();
+    }
+    assert_eq!(rdpmc::complete(&mut ist, 0x40_1002), Rdpmc::Unchanged);
+    for f in [legacy, no_idt, ist] {
+        assert!(f.reg_writes.is_empty());
+        assert!(!f.mem.writes.iter().any(|&(a, _)| a == HANDLER_RSP - 8), "no error code pushed");
+    }
 }
