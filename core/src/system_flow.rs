@@ -187,17 +187,36 @@ impl<B: BlockRef> Executed<B> {
 /// caller reads RIP.
 #[inline]
 pub fn successor_pc(prev: &SysBlock, delta: u64, last_started: u64, next_translated: u64) -> Option<u64> {
-    let [a, b] = prev.succ;
-    if last_started != prev.last.ip || a == NO_SUCCESSOR {
+    if last_started != prev.last.ip {
         return None;
     }
-    let same_page_offset = |x: u64| (x ^ next_translated) & 0xFFF == 0;
-    let found = match (same_page_offset(a), b != a && same_page_offset(b)) {
-        (true, false) => a,
-        (false, true) => b,
-        _ => return None,
+    pick_successor(prev.page_successors()?, delta, next_translated)
+}
+
+/// `successor_pc`'s choice among `candidates` (`SysBlock::page_successors`) for a block ended at
+/// its last instruction: the one with the page offset of `next_translated`, moved by `delta`.
+#[inline(always)]
+pub fn pick_successor(candidates: [u64; 2], delta: u64, next_translated: u64) -> Option<u64> {
+    let [a, b] = candidates;
+    let found = if (a ^ next_translated) & 0xFFF == 0 {
+        a
+    } else if (b ^ next_translated) & 0xFFF == 0 {
+        b
+    } else {
+        return None;
     };
     Some(found.wrapping_add(delta))
+}
+
+impl SysBlock {
+    /// The successors of the block's last instruction that the next block's page offset decides
+    /// between (`successor_pc`), as translation addresses: two, or the same one twice. None when
+    /// it cannot decide: no successor known at translation (indirect and far transfers, software
+    /// interrupts), or two different ones with the same page offset.
+    pub fn page_successors(&self) -> Option<[u64; 2]> {
+        let [a, b] = self.succ;
+        (a != NO_SUCCESSOR && (a == b || (a ^ b) & 0xFFF != 0)).then_some([a, b])
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

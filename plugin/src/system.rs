@@ -40,7 +40,7 @@ use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_cpu::{self, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, Reg, SystemCpu};
-use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
+use pttrace_core::system_flow::{mode_slot, pick_successor, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
 use std::fmt::Write as _;
@@ -241,14 +241,9 @@ struct BlockInfo {
     /// The modes whose decoding matches the instruction boundaries QEMU translated the block
     /// with (the mode QEMU translated in is one of them).
     modes: ModeSet,
-    /// An instruction of the block may change CS, CR0.PE or IA32_EFER.LMA (`may_change_mode`).
-    changes_mode: bool,
-    /// Per mode slot: the block's end leaves the recorded state (it may change the mode, writes
-    /// CR3 or is a far transfer): the next block runs the model (`Shared::record_block`).
-    ends_recording: [bool; 3],
-    /// Per mode slot: the block may be only recorded when it runs in that mode (no WRMSR, and
-    /// its decoding in the mode matches QEMU's instruction boundaries).
-    recordable: [bool; 3],
+    /// Per mode slot, what the block callback needs of the block run in that mode (the fourth
+    /// repeats the 64-bit one, so that `slot & 3` indexes without a bounds check).
+    steps: [RecordStep; 4],
     /// Without and with IA32_EFER.LMA: the one mode whose decoding matches QEMU's instruction
     /// boundaries (it proves the mode, `Shared::prove_mode`), if only one does.
     proves: [Option<ExecMode>; 2],
@@ -256,11 +251,50 @@ struct BlockInfo {
 
 
 
+/// A block as it ran in one mode slot, laid out for the block callback (issue 13): what the next
+/// block's address follows from, and whether it may be only recorded.
+struct RecordStep {
+    /// The block as classified in this mode.
+    block: &'static SysBlock,
+    /// Its last instruction's address (`SysBlock::last`): the successors apply only to a block
+    /// that ran to it (`successor_pc`).
+    last_ip: u64,
+    /// `SysBlock::page_successors` (zeros when there are none).
+    succ: [u64; 2],
+    /// The next block's address follows from `succ` by its page offset alone, and the state in
+    /// which blocks are only recorded continues after this one (`!ends`).
+    follows: bool,
+    /// The block's end leaves the recorded state (`ends_recording`: it may change the mode,
+    /// writes CR3 or is a far transfer): the next block runs the model.
+    ends: bool,
+    /// An instruction of the block may change CS, CR0.PE or IA32_EFER.LMA (`may_change_mode`).
+    changes_mode: bool,
+    /// The block may be only recorded when it runs in this mode (no WRMSR, and its decoding in
+    /// the mode matches QEMU's instruction boundaries).
+    recordable: bool,
+}
+
+impl RecordStep {
+    fn new(block: &'static SysBlock, changes_mode: bool, recordable: bool) -> Self {
+        let ends = ends_recording(block, changes_mode);
+        let succ = block.page_successors();
+        RecordStep {
+            block,
+            last_ip: block.last.ip,
+            succ: succ.unwrap_or([0, 0]),
+            follows: !ends && succ.is_some(),
+            ends,
+            changes_mode,
+            recordable,
+        }
+    }
+}
+
 impl BlockInfo {
     /// `Vcpu::after` once the block ran in `mode` at `delta` from its translation: its end in
     /// that mode, unless the mode is 16-bit or its decoding does not match the mode.
-    fn after(&'static self, mode: ExecMode, delta: u64) -> Option<(&'static SysBlock, u64, bool)> {
-        (mode != ExecMode::Bit16 && self.modes.contains(mode)).then(|| (self.in_mode(mode), delta, self.changes_mode))
+    fn after(&'static self, mode: ExecMode, delta: u64) -> Option<(&'static RecordStep, u64)> {
+        (mode != ExecMode::Bit16 && self.modes.contains(mode)).then(|| (&self.steps[mode_slot(mode)], delta))
     }
 
     /// The block as classified in `mode`.
@@ -357,7 +391,7 @@ struct Vcpu {
     /// have changed the mode registers; None when its address was not exact or an event came
     /// after it. The next block's address follows from it after direct transfers
     /// (`successor_pc`), so RIP is read only after indirect and far transfers and events.
-    after: Option<(&'static SysBlock, u64, bool)>,
+    after: Option<(&'static RecordStep, u64)>,
     /// CS, CR0 and IA32_EFER as last read: they change only at far transfers, events and the
     /// instructions `may_change_mode` finds, after which they are read again.
     mode_regs: Option<(u64, u64, u64)>,
@@ -407,7 +441,7 @@ struct Front {
     budget: u32,
     /// The block that ran last in the mode it ran in, and its `pc_delta` (None: the next block's
     /// address does not follow from it; the model runs it).
-    after: Option<(&'static SysBlock, u64)>,
+    after: Option<(&'static RecordStep, u64)>,
     /// The slot (`mode_slot`) of the tracked execution mode (the model's context; unchanged
     /// while blocks are only recorded).
     slot: usize,
@@ -651,12 +685,14 @@ impl Shared {
             f(self, v);
             if let Some(front) = front {
                 front.budget = self.record_budget(v, front.ring);
-                front.after = v.after.filter(|&(b, _, changes_mode)| !ends_recording(b, changes_mode)).map(|(b, d, _)| (b, d));
+                front.after = v.after.filter(|&(step, _)| !step.ends);
                 front.slot = mode_slot(v.tracer.context().mode);
                 front.mtc = v.msrs.ctl.mtc_en();
                 if front.mtc {
                     front.tsc = host_tsc().unwrap_or(0);
                     front.tsc_countdown = MTC_SAMPLE_BLOCKS;
+                } else {
+                    front.tsc_countdown = u32::MAX;
                 }
             }
         }
@@ -970,7 +1006,7 @@ impl Shared {
                     ring,
                     mtc: false,
                     tsc: 0,
-                    tsc_countdown: 0,
+                    tsc_countdown: u32::MAX,
 
                 });
             }
@@ -989,13 +1025,19 @@ impl Shared {
         let last_started = front.last_started.take(u64::MAX);
         // The common case inline (a direct successor, no MTC sampling), with few registers.
         if let Some((prev, delta)) = front.after {
-            let slot = front.slot;
-            // (MTC: the host TSC is sampled every `MTC_SAMPLE_BLOCKS` blocks, out of line.)
-            let sample_due = front.mtc && front.tsc_countdown <= 1;
-            if front.budget != 0 && info.recordable[slot] && !sample_due && !front.ring.flush_wanted() {
-                if let Some(pc) = successor_pc(prev, delta, last_started, info.pc) {
-                    if Self::append(front, info, slot, pc, last_started) {
-                        front.tsc_countdown -= u32::from(front.mtc);
+            let step = &info.steps[front.slot & 3];
+            // (MTC: the host TSC is sampled every `MTC_SAMPLE_BLOCKS` blocks, out of line; without
+            // MTC the countdown starts at u32::MAX.)
+            if prev.follows
+                && last_started == prev.last_ip
+                && step.recordable
+                && front.budget != 0
+                && front.tsc_countdown > 1
+                && !front.ring.flush_wanted()
+            {
+                if let Some(pc) = pick_successor(prev.succ, delta, info.pc) {
+                    if Self::append(front, info, step, pc, last_started) {
+                        front.tsc_countdown -= 1;
                         return Ok(());
                     }
                 }
@@ -1009,9 +1051,10 @@ impl Shared {
     #[inline(never)]
     fn record_block_general(front: &mut Front, info: &'static BlockInfo, last_started: u64) -> Result<(), u64> {
         let ring = front.ring;
-        let Some((prev, delta)) = front.after else { return Err(last_started) };
-        let slot = front.slot;
-        if front.budget == 0 || !info.recordable[slot] || ring.flush_wanted() {
+        let Some((step_prev, delta)) = front.after.filter(|(s, _)| !s.ends) else { return Err(last_started) };
+        let prev = step_prev.block;
+        let step = &info.steps[front.slot & 3];
+        if front.budget == 0 || !step.recordable || ring.flush_wanted() {
             return Err(last_started);
         }
         let pc = match successor_pc(prev, delta, last_started, info.pc) {
@@ -1033,14 +1076,16 @@ impl Shared {
             }
             None => return Err(last_started),
         };
-        if front.mtc {
-            front.tsc_countdown -= 1;
-            if front.tsc_countdown == 0 {
+        front.tsc_countdown -= 1;
+        if front.tsc_countdown == 0 {
+            if front.mtc {
                 front.tsc_countdown = MTC_SAMPLE_BLOCKS;
                 front.tsc = host_tsc().unwrap_or(0);
+            } else {
+                front.tsc_countdown = u32::MAX;
             }
         }
-        if !Self::append(front, info, slot, pc, last_started) {
+        if !Self::append(front, info, step, pc, last_started) {
             return Err(last_started);
         }
         Ok(())
@@ -1049,13 +1094,14 @@ impl Shared {
     /// Append the block (running at `pc`, in mode slot `slot`) to the vCPU's ring and track
     /// what follows it; false when the ring is full (nothing changed).
     #[inline(always)]
-    fn append(front: &mut Front, info: &'static BlockInfo, slot: usize, pc: u64, last_started: u64) -> bool {
+    fn append(front: &mut Front, info: &'static BlockInfo, step: &'static RecordStep, pc: u64, last_started: u64) -> bool {
         // SAFETY: on the vCPU's own thread, the ring's producer.
         if !unsafe { front.ring.push(Recorded { info, pc, last_started, tsc: front.tsc }) } {
             return false;
         }
         front.budget -= 1;
-        front.after = (!info.ends_recording[slot]).then_some((info.by_mode[slot], pc.wrapping_sub(info.pc)));
+        // (A step that `ends` recording is never followed: `record_block_general` checks.)
+        front.after = Some((step, pc.wrapping_sub(info.pc)));
         true
     }
 
@@ -1230,12 +1276,11 @@ impl Shared {
         // Kept for the life of the process: QEMU does not say when a translation is freed (the
         // qemu-plugin crate's closures are leaked the same way).
         let by_mode = [for_mode(16), for_mode(32), for_mode(64)];
-        let ends_recording = by_mode.map(|b: &SysBlock| ends_recording(b, changes_mode));
-        let recordable = [ExecMode::Bit16, ExecMode::Bit32, ExecMode::Bit64].map(|m| !has_wrmsr && modes.contains(m));
+        let step = |slot: usize, m: ExecMode| RecordStep::new(by_mode[slot], changes_mode, !has_wrmsr && modes.contains(m));
+        let steps = [step(0, ExecMode::Bit16), step(1, ExecMode::Bit32), step(2, ExecMode::Bit64), step(2, ExecMode::Bit64)];
         let proves = [ModeSet(modes.0 & !4).single(), modes.single()];
         let loads_target = by_mode.iter().any(|b| b.target_loaded);
-        let info: &'static BlockInfo =
-            Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, changes_mode, ends_recording, recordable, proves }));
+        let info: &'static BlockInfo = Box::leak(Box::new(BlockInfo { pc, has_wrmsr, by_mode, modes, steps, proves }));
         // A plain C function with the block's record as user data: no boxed closure per block.
         let udata = info as *const BlockInfo as *mut std::ffi::c_void;
         // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
@@ -1301,7 +1346,7 @@ impl Shared {
         });
         let exact = Self::needs_actual_pc(v, info, rtit_on, lbr_on);
         let after = v.after.take();
-        if after.is_none_or(|(prev, _, changes_mode)| changes_mode || matches!(prev.last.kind, BranchKind::Far(_))) {
+        if after.is_none_or(|(prev, _)| prev.changes_mode || matches!(prev.block.last.kind, BranchKind::Far(_))) {
             v.mode_regs = None;
         }
         let (cs, cr0, efer) = *v.mode_regs.get_or_insert_with(|| {
@@ -1328,12 +1373,12 @@ impl Shared {
         // After a near RET or indirect JMP/CALL through memory that ran to its end, the value
         // it loaded is RIP (`on_target_load`).
         let loaded = loaded.filter(|&r| {
-            after.is_some_and(|(prev, _, _)| prev.target_loaded && last_started == prev.last.ip)
+            after.is_some_and(|(prev, _)| prev.block.target_loaded && last_started == prev.last_ip)
                 && (cs_base::linear(v.cs_base, r) ^ info.pc) & 0xFFF == 0
         });
         let pc = if paging && exact {
             after
-                .and_then(|(prev, delta, _)| successor_pc(prev, delta, last_started, info.pc))
+                .and_then(|(prev, delta)| successor_pc(prev.block, delta, last_started, info.pc))
                 .unwrap_or_else(|| rip.or(loaded).or_else(|| v.regs.get("rip")).map_or(info.pc, |rip| cs_base::linear(v.cs_base, rip)))
         } else {
             info.pc
