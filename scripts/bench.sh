@@ -128,7 +128,14 @@ bash "$top/tests/guest/build.sh" "$gbin" >/dev/null
 field() { sed -n "s/.*BENCH .* $1=\\([0-9]*\\).*/\\1/p"; }
 np=() cf=() on=() tp=() offp=() gbytes=0 fl=() frl=() e0=() e1=() r0=() fo=() fc=()
 cn=() con=() cr0=() cfr=() cin=() cind=()
+pn=() pc=() pc0=()
 for _ in $(seq "$runs"); do
+  # tests/guest/b_pmu_loop.c: b_pt_loop's workload counted by a fixed and a GP counter (the
+  # counting PMU, Intel PT off), without the plugin (uncounted), with it, and with the model at
+  # every block (PTTRACE_RECORD=0: before counting took the recorded path).
+  pn+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pmu_loop.elf" 2>/dev/null | tr -d '\r' | field counting)")
+  pc+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pmu_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field counting)")
+  pc0+=("$(PTTRACE_RECORD=0 bash "$top/tests/guest/run.sh" "$gbin/b_pmu_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field counting)")
   # tests/guest/b_pt_calls.c: a call-heavy ring-0 loop (every RET an indirect transfer whose
   # target the block callback must find), untraced without the plugin and with Intel PT on.
   cplain=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_calls.elf" 2>/dev/null | tr -d '\r')
@@ -174,6 +181,11 @@ echo "  single range, recorded, encoder thread:  $(m "${e1[@]}") ($(r "$(m "${e1
 [ ${#fl[@]} -gt 0 ] && echo "  floor (empty C callback per block):      $(m "${fl[@]}") ($(r "$(m "${fl[@]}")" "$b"))"
 [ ${#frl[@]} -gt 0 ] && echo "  record floor (C ring append per block):  $(m "${frl[@]}") ($(r "$(m "${frl[@]}")" "$b"))"
 echo "  ($(nproc) host CPUs; by default the vCPU runs its recorded blocks, PTTRACE_ENCODER=1 starts the encoder thread)"
+pmb=$(m "${pn[@]}")
+echo "counting PMU (tests/guest/b_pmu_loop.c: FIXED_CTR0 + PMC0 branches, Intel PT off; guest RDTSC cycles, median of $runs):"
+echo "  no plugin (not counted):                 $pmb"
+echo "  counting:                                $(m "${pc[@]}") ($(r "$(m "${pc[@]}")" "$pmb"))"
+echo "  counting, model at every block:          $(m "${pc0[@]}") ($(r "$(m "${pc0[@]}")" "$pmb")) (PTTRACE_RECORD=0)"
 cb=$(m "${cn[@]}")
 echo "call-heavy loop (tests/guest/b_pt_calls.c; guest RDTSC cycles, median of $runs):"
 echo "  no plugin:                               $cb"
@@ -199,9 +211,14 @@ GUEST
 bscript=$(mktemp)
 echo true >"$bscript"
 bootmsg() { sed -n 's/.*guest reached \/init at \([0-9.]*\) s uptime.*/\1/p' | tail -1; }
-nb=() wb=() fb=() lp=() lw=() ld=() ls=() lb=() pp=() pb=()
+nb=() wb=() fb=() lp=() lw=() ld=() ls=() lb=() pp=() pb=() np0=() nd0=()
 for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
-  nb+=("$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" 2>&1 | tr -d '\r' | bootmsg)")
+  nout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" 2>&1 | tr -d '\r')
+  nb+=("$(bootmsg <<<"$nout")")
+  # Without the plugin perf has no Intel PT (that record fails at once), but `-e dummy:u` runs:
+  # perf's own start-up and write in this TCG guest, the floor of every perf row.
+  np0+=("$(sed -n 's/^LINUXBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$nout")")
+  nd0+=("$(sed -n 's/^LINUXBENCH .*dummy_ms=\([0-9]*\).*/\1/p' <<<"$nout")")
   lout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" -plugin "$plugin" 2>&1 | tr -d '\r')
   wb+=("$(bootmsg <<<"$lout")")
   fb+=("$(PTTRACE_LIGHT=0 LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$bscript" -plugin "$plugin" 2>&1 | tr -d '\r' | bootmsg)")
@@ -223,6 +240,7 @@ echo "  boot to /init, every block instrumented: $(m "${fb[@]}") s uptime ($(r "
 echo "  calls 10000000 (guest /proc/uptime):     $(m "${lp[@]}") ms"
 echo "  the same under perf record -e intel_pt//u:$(m "${lw[@]}") ms ($(r "$(m "${lw[@]}")" "$(m "${lp[@]}")"))"
 echo "  the same under perf record -e dummy:u:    $(m "${ld[@]}") ms ($(r "$(m "${ld[@]}")" "$(m "${lp[@]}")"): perf's own start-up and write, nothing traced)"
+echo "  without the plugin: calls $(m "${np0[@]}") ms, under perf record -e dummy:u $(m "${nd0[@]}") ms ($(r "$(m "${nd0[@]}")" "$(m "${np0[@]}")"): perf's start-up in this TCG guest, the floor of the perf rows)"
 echo "  counting, perf stat -e instructions:u,branches:u: $(m "${ls[@]}") ms ($(r "$(m "${ls[@]}")" "$(m "${lp[@]}")"))"
 echo "  LBR sampling, perf record -b -e instructions:u -c 100003: $(m "${lb[@]}") ms ($(r "$(m "${lb[@]}")" "$(m "${lp[@]}")"))"
 echo "  PEBS boot (pebs=1): calls 10000000 $(m "${pp[@]}") ms; perf record -e instructions:upp -c 100003: $(m "${pb[@]}") ms ($(r "$(m "${pb[@]}")" "$(m "${pp[@]}")"))"

@@ -31,7 +31,7 @@ use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consisten
 use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::lbr::{BranchRecorder, LbrStack};
-use pttrace_core::pmu::{Pmu, PmuCaps, PmuProfile, Retired};
+use pttrace_core::pmu::{tally::RetirementTally, Pmu, PmuCaps, PmuProfile, Retired};
 use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect};
 use pttrace_core::pt::enable;
 use pttrace_core::pt::output::OutputUnit;
@@ -68,6 +68,9 @@ const ENCODER_CHUNK: usize = 256;
 /// a TIP, a filter transition (TIP.PGD/PGE, MODE.Exec) and a PSB+ (PSB, PSBEND, TSC, TMA, CBR,
 /// MODE.Exec, PIP, VMCS, FUP) together stay well below it.
 const MAX_BLOCK_BYTES: u64 = 256;
+/// The most instructions a translation block holds (QEMU's `TCG_MAX_INSNS`, include/tcg/tcg.h):
+/// the most retirement events one recorded block can add to a counter (`Pmu::blocks_before_pmi`).
+const MAX_BLOCK_INSNS: u64 = 512;
 
 /// With MTC on, recorded blocks carry the host TSC sampled by the vCPU every this many blocks
 /// (reading it costs ~14 ns here, a block ~2 ns): MTC packets follow the time blocks executed
@@ -227,6 +230,66 @@ impl Retire<'_> {
         if self.bts.active() {
             self.bts_pmi |= self.bts.on_async(&mut LinearMem, why, handler, to).pmi;
         }
+    }
+}
+
+/// The retirement events of blocks recorded while only the counters see blocks
+/// (`Shared::run_recorded_counting`): instructions go to a tally added to the counters at the
+/// end of the run (`RetirementTally`); anything else (not expected in such a run: far
+/// transfers and events end it) commits the tally first and goes to `Retire`.
+struct CountingSink<'a> {
+    inner: Retire<'a>,
+    tally: RetirementTally,
+    cpl: u8,
+    /// The last near branch, not yet reported to `inner`: with TraceEn = 0 and no LBR, BTS or
+    /// RTIT (`record_budget`) a branch only sets the tracer's resume IP (`Tracer::branch`), so
+    /// the last one of the run is the one that counts.
+    branch: Option<(u64, u64, BranchKind, u64)>,
+}
+
+impl RetireSink for CountingSink<'_> {
+    fn mode(&self) -> ExecMode {
+        self.inner.mode()
+    }
+    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
+        self.branch = Some((ip, nlip, kind, next));
+    }
+    fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
+        self.commit();
+        self.inner.far_transfer(ip, nlip, kind, next, to);
+        self.cpl = self.inner.pt.context().cpl;
+    }
+    fn mov_cr3(&mut self, next: u64, cr3: u64) {
+        self.commit();
+        self.inner.mov_cr3(next, cr3);
+        self.cpl = self.inner.pt.context().cpl;
+    }
+    fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
+        self.commit();
+        self.inner.software_interrupt(ip, nlip, handler, to);
+        self.cpl = self.inner.pt.context().cpl;
+    }
+    fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
+        self.commit();
+        self.inner.async_event(why, handler, to);
+        self.cpl = self.inner.pt.context().cpl;
+    }
+    fn plain_retired(&mut self, n: u64, _last_ip: u64) {
+        self.tally.plain(n);
+    }
+    fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
+        self.tally.one(Retired::of(kind, ip, nlip, next), self.inner.pmu, self.cpl);
+    }
+}
+
+impl CountingSink<'_> {
+    /// Add the tally to the counters, at the CPL it was counted at (a PMI it asks for is left
+    /// pending for `take_pmi`).
+    fn commit(&mut self) {
+        if let Some((ip, nlip, kind, next)) = self.branch.take() {
+            self.inner.branch(ip, nlip, kind, next);
+        }
+        self.tally.commit(self.inner.pmu, self.cpl);
     }
 }
 
@@ -719,6 +782,10 @@ impl Shared {
 
     /// Run `recs` through the model, oldest first (`may_store` as for `run_block`).
     fn run_recorded_all(&self, v: &mut Vcpu, recs: &[Recorded], may_store: bool) -> usize {
+        if !v.tracer.trace_en() && v.pmu.active() && !recs.is_empty() {
+            self.run_recorded_counting(v, recs);
+            return recs.len();
+        }
         let mut i = 0;
         while i < recs.len() {
             i += self.run_recorded_steady(v, &recs[i..], may_store);
@@ -803,6 +870,53 @@ impl Shared {
         self.block_output(v, may_store);
     }
 
+    /// `run_block` for blocks recorded while only the counters see blocks (`record_budget`): the
+    /// flow reports each block's retirements to the PMU, and none of the tracing, LBR, BTS,
+    /// PEBS or ground-truth work applies; no counter with INT can overflow among them (the
+    /// budget), so no PMI is raised or pre-armed. The clock's cycles are counted once, at the
+    /// end: the blocks ran at one CPL (no far transfer or event among them), so the total is the
+    /// same as counted block by block.
+    fn run_recorded_counting(&self, v: &mut Vcpu, recs: &[Recorded]) {
+        let (key, lma) = mode_key_and_lma(v.mode_regs);
+        let cpl = v.tracer.context().cpl;
+        let mut sink = CountingSink {
+            inner: Retire {
+                pt: &mut v.tracer,
+                rtit: None,
+                bts: &mut v.bts,
+                bts_pmi: false,
+                pmu: &mut v.pmu,
+                lbr: None,
+                lbr_clock: 0,
+                lbr_freeze_after: false,
+                pebs_eventing: &mut v.pebs_eventing,
+            },
+            tally: RetirementTally::default(),
+            cpl,
+            branch: None,
+        };
+        let mut delta = v.pc_delta;
+        for r in recs {
+            let info = r.info;
+            delta = r.pc.wrapping_sub(info.pc);
+            Self::prove_mode(&mut v.proven, info, key, lma);
+            if !v.flow.steady_block(&mut sink, r.pc, &info.by_mode, delta, r.last_started) {
+                let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: info.modes, proven: v.proven, cached: sink.inner.pt.context().mode, cs_load: v.cs_load };
+                v.flow.block(&mut sink, r.pc, &info.by_mode, delta, r.last_started, &mut cpu);
+            }
+        }
+        sink.commit();
+        v.pc_delta = delta;
+        if let Some(last) = recs.last() {
+            v.cur_modes = last.info.modes;
+            v.after = last.info.after(v.tracer.context().mode, v.pc_delta);
+        }
+        // (None: the budget keeps interrupting counters from overflowing; taken all the same.)
+        let pmi = v.pmu.take_pmi();
+        Self::counter_pmi(v, pmi);
+        self.count_cycles(v);
+    }
+
     /// The output at the end of a block run by the model: handed to guest memory as `drain`
     /// decides, or (`may_store` false: not in vCPU context) only a request that the vCPU store it.
     #[inline]
@@ -843,10 +957,14 @@ impl Shared {
     /// entry load moves to another block than the one it happens at when every block runs the
     /// model; stores made only to bound how long bytes are held back may come later, see
     /// `OUTPUT_HOLD_BYTES`).
+    ///
+    /// Or counting alone (issue 13/14: `perf stat`): Intel PT off, counters enabled without PEBS,
+    /// for as many blocks as cannot overflow a counter with INT (`Pmu::blocks_before_pmi`), so
+    /// every PMI is still raised at the block that overflows its counter; the recorded blocks'
+    /// retirements are counted when they run through the model (`run_recorded_counting`),
+    /// before anything can read a counter (RDMSR, RDPMC and WRMSR run the model first).
     fn record_budget(&self, v: &Vcpu, ring: &BlockRing<Recorded>) -> u32 {
         if !self.may_record
-            || !v.tracer.trace_en()
-            || !v.output_active
             || v.after.is_none()
             || v.mode_regs.is_none()
             // `record_block` takes RIP for the linear address: only with a CS base of 0.
@@ -855,18 +973,31 @@ impl Shared {
             || v.pending.gp_restore.is_some()
             || v.pending.rdpmc.is_some()
             || v.exception_pending
-            || v.msrs.ctl.cyc_en()
-            // Event Trace reads RFLAGS.IF at every block entry (`run_block`).
-            || v.msrs.ctl.event_en()
             || v.bts.active()
-            || v.pmu.active()
             || v.pebs_steps
             || self.lbr_recording(v)
+            || v.rtit.as_ref().is_some_and(|r| r.trigger_en())
+            || v.truth.is_some()
         {
             return 0;
         }
-        let held = v.tracer.output().len() as u64;
-        let room = v.output.quiet_room().saturating_sub(held) / MAX_BLOCK_BYTES;
+        let room = if v.tracer.trace_en() {
+            if !v.output_active
+                || v.msrs.ctl.cyc_en()
+                // Event Trace reads RFLAGS.IF at every block entry (`run_block`).
+                || v.msrs.ctl.event_en()
+                || v.pmu.active()
+            {
+                return 0;
+            }
+            let held = v.tracer.output().len() as u64;
+            v.output.quiet_room().saturating_sub(held) / MAX_BLOCK_BYTES
+        } else if v.pmu.active() {
+            // (Less 2: the block that just ran has not been counted yet.)
+            v.pmu.blocks_before_pmi(MAX_BLOCK_INSNS).saturating_sub(2)
+        } else {
+            return 0;
+        };
         room.min(ring.room() as u64) as u32
     }
 

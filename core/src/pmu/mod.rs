@@ -16,6 +16,7 @@
 
 pub mod events;
 pub mod evtsel;
+pub mod tally;
 
 pub use events::{Event, Retired};
 pub use evtsel::{FixedCtrCtrl, PerfEvtSel};
@@ -50,6 +51,11 @@ pub const MSR_PEBS_DATA_CFG: u32 = 0x3F2;
 /// IA32_PERF_GLOBAL_STATUS bits besides the counters' overflow bits.
 pub const STATUS_TRACE_TOPA_PMI: u64 = 1 << 55;
 pub const STATUS_LBR_FRZ: u64 = 1 << 58;
+
+/// How far (in cycles) a cycle counter with INT must be from overflow for its counts to be
+/// taken in batches (`Pmu::blocks_before_pmi`): 2^40 cycles, minutes of guest time at any
+/// clock rate the model reports, against the microseconds a batch of blocks spans.
+pub const CYCLES_BATCH_MARGIN: u64 = 1 << 40;
 pub const STATUS_CTR_FRZ: u64 = 1 << 59;
 pub const STATUS_ASCI: u64 = 1 << 60;
 pub const STATUS_OVF_UNCORE: u64 = 1 << 61;
@@ -805,6 +811,34 @@ impl Pmu {
         }
         self.pmi_pending |= pmi;
         pmi
+    }
+
+    /// How many more blocks of at most `max_insns` instructions may retire, at any CPL, before
+    /// a counter whose interrupt is enabled could overflow: the blocks an embedder may count in a
+    /// batch, later, without moving a PMI to another block (issue 13). A block retires at most
+    /// `max_insns` instructions and so at most that many of any retirement event. 0 (count
+    /// every block as it runs) while PEBS is enabled on a counter (its record names an
+    /// instruction and is written at it) or a PMI is pending. Cycle counters advance with the
+    /// clock, not with blocks: one with INT counts in batches only while at least
+    /// `CYCLES_BATCH_MARGIN` cycles from overflow (perf stat's counters start 2^47 - 1 away);
+    /// closer, 0.
+    pub fn blocks_before_pmi(&self, max_insns: u64) -> u64 {
+        if self.pmi_pending || self.active.iter().any(|a| a.pebs) {
+            return 0;
+        }
+        let mask = self.caps.mask();
+        let mut blocks = u64::MAX;
+        for a in self.active.iter().filter(|a| a.int) {
+            let value = if a.bit >= 32 { self.fixed[usize::from(a.bit - 32)] } else { self.gp[usize::from(a.bit)] };
+            // It overflows when more than `room` events are added.
+            let room = mask - value;
+            match a.event {
+                Event::Retirement(_) => blocks = blocks.min(room / max_insns.max(1)),
+                Event::CoreCycles | Event::RefCycles if room < CYCLES_BATCH_MARGIN => return 0,
+                Event::CoreCycles | Event::RefCycles => {}
+            }
+        }
+        blocks
     }
 
     /// Would `plain` plain instructions followed by one contributing `last` (if any), all at

@@ -460,3 +460,41 @@ fn core2_profile_enumerates_version_2_and_pebs_on_pmc0_only() {
     assert_eq!(p.global_status() & 0b10, 0b10);
     assert!(!p.pebs_due());
 }
+
+#[test]
+fn blocks_before_pmi_bounds_batches_so_that_no_interrupting_counter_overflows_inside_one() {
+    let mut p = skl();
+    // PMC0 counts instructions with INT, 1000 from overflow; PMC1 branches without INT, 0 away.
+    p.write(IA32_A_PMC0, (1 << 48) - 1001).unwrap();
+    p.write(IA32_PERFEVTSEL0, 0xC0 | USR | OS | EN | INT).unwrap();
+    p.write(IA32_A_PMC0 + 1, (1 << 48) - 1).unwrap();
+    p.write(IA32_PERFEVTSEL0 + 1, 0xC4 | USR | OS | EN).unwrap();
+    let n = p.blocks_before_pmi(512);
+    assert_eq!(n, 1000 / 512);
+    // That many blocks of the largest size retire without a PMI ...
+    for _ in 0..n {
+        assert!(!p.retire(511, Retired::PLAIN, 0));
+        assert!(!p.retire(1, Retired::of(BranchKind::DirectJump { target: 0 }, 0, 2, 0), 0));
+    }
+    assert!(!p.pmi_within(0, None, 0));
+    // ... (PMC1, without INT, overflowed silently) and the next one may overflow PMC0.
+    assert_eq!(p.global_status(), 0b10);
+    assert!(p.pmi_within(511, Some(Retired::PLAIN), 0));
+}
+
+#[test]
+fn blocks_before_pmi_is_unbounded_without_int_and_zero_with_pebs_or_a_near_cycle_counter() {
+    let mut p = skl();
+    p.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN).unwrap();
+    assert_eq!(p.blocks_before_pmi(512), u64::MAX, "no counter interrupts");
+    // A cycle counter with INT: far from overflow (perf stat's start value), then close to it.
+    p.write(IA32_A_PMC0 + 1, (1 << 48) - (1 << 47) + 1).unwrap();
+    p.write(IA32_PERFEVTSEL0 + 1, 0x3C | USR | EN | INT).unwrap();
+    assert_eq!(p.blocks_before_pmi(512), u64::MAX);
+    p.write(IA32_A_PMC0 + 1, (1 << 48) - CYCLES_BATCH_MARGIN + 1).unwrap();
+    assert_eq!(p.blocks_before_pmi(512), 0);
+    p.write(IA32_PERFEVTSEL0 + 1, 0).unwrap();
+    // PEBS on a counter: every block counts as it runs.
+    p.write(IA32_PEBS_ENABLE, 1).unwrap();
+    assert_eq!(p.blocks_before_pmi(512), 0);
+}
