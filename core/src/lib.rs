@@ -20,6 +20,8 @@ pub mod rtit;
 pub mod user_flow;
 pub mod options;
 pub mod system_flow;
+/// The per-CPU facade of full-system mode and its guest port (issue 13).
+pub mod system_cpu;
 pub mod pmu;
 pub mod bts;
 pub mod lbr;

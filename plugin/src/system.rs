@@ -26,19 +26,20 @@ use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::cs_base;
 use pttrace_core::cs_cache::{self, CsLoad};
 use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
-use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits, MsrUnitsMut, UnitWrite};
+use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits};
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::lbr::{BranchRecorder, LbrStack};
 use pttrace_core::pmu::{tally::RetirementTally, Pmu, PmuCaps, PmuProfile, Retired};
-use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
-use pttrace_core::pt::enable::{self, EnableSite};
+use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect};
+use pttrace_core::pt::enable;
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
+use pttrace_core::system_cpu::{self, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, Reg, SystemCpu};
 use pttrace_core::system_flow::{mode_slot, pick_successor, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
@@ -77,8 +78,6 @@ const MAX_BLOCK_INSNS: u64 = 512;
 const MTC_SAMPLE_BLOCKS: u32 = 16;
 /// IA32_APIC_BASE: QEMU raises #GP(0) for a WRMSR with its reserved bits 63:52 set.
 const MSR_IA32_APIC_BASE: u64 = 0x1B;
-/// IA32_APIC_BASE (1BH): its base field locates the APIC page trace output must avoid.
-const IA32_APIC_BASE: u32 = 0x1B;
 
 /// x2APIC DFR (80EH): QEMU's RDMSR raises #GP(0) for it in every APIC mode (outside x2APIC mode
 /// all x2APIC MSRs fault; in x2APIC mode DFR does not exist) and has no side effect.
@@ -1038,8 +1037,7 @@ impl Shared {
     /// DEBUGCTL.LBR = 1 (the model-specific stack) or IA32_LBR_CTL.LBREn = 1 (Arch LBR), and
     /// the LBRs not frozen (GLOBAL_STATUS.LBR_Frz), on a part with LBRs.
     fn lbr_recording(&self, v: &Vcpu) -> bool {
-        let enabled = if self.opts.arch_lbr { v.arch_lbr.ctl().lbr_en() } else { !self.opts.rtit && v.bts.debugctl().lbr() };
-        enabled && v.pmu.global_status() & pttrace_core::pmu::STATUS_LBR_FRZ == 0 && !v.pmu.lbr_freeze_requested()
+        system_cpu::lbr_recording(self.opts.arch_lbr, self.opts.rtit, &v.bts, &v.arch_lbr, &v.pmu)
     }
 
     /// The LBR unit of the profile the retirement events feed.
@@ -2192,170 +2190,21 @@ impl Shared {
         units.rdmsr(&self.msr_map(), index)
     }
 
+    /// WRMSR about to execute: the facade decides (`pttrace_core::system_cpu::wrmsr`), the
+    /// plugin's `QemuPort` carries out what only QEMU can.
     fn wrmsr(&self, v: &mut Vcpu, ip: u64, nlip: u64) {
-        self.update_tsc(v);
-        let rcx = v.regs.get("rcx").unwrap_or(0);
-        let index = rcx as u32;
-        if index == IA32_APIC_BASE {
-            // §33.2.7.4: trace output never goes to the APIC page, wherever the guest moves it
-            // (QEMU executes the WRMSR itself).
-            let value = (v.regs.get("rdx").unwrap_or(0) << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
-            guest::set_apic_base(value);
-        }
-        let unit = self.msr_map().unit(index);
-        if unit == MsrUnit::Qemu {
-            return;
-        }
-        self.store_held(v);
-        let rdx = v.regs.get("rdx").unwrap_or(0);
-        let value = (rdx << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
-        if unit == MsrUnit::Pmu {
-            // The instructions before this WRMSR count under the old configuration; the WRMSR
-            // itself retires under the new one (an enabling WRMSR counts, a disabling one not).
-            self.count_to(v, ip);
-        }
-        let mut units = MsrUnitsMut { pmu: &mut v.pmu, lbr: &mut v.lbr, arch_lbr: &mut v.arch_lbr, bts: &mut v.bts };
-        // The context the counters, LBRs and BTS filter on (CPL, mode) is tracked by the retirement
-        // events while something sees blocks; bring it up to date when one of them starts.
-        let starts = match units.wrmsr(&self.msr_map(), index, value) {
-            Err(_) => {
-                Self::raise_gp(v, rcx, rdx);
-                if unit == MsrUnit::Pmu {
-                    self.count_cycles(v);
-                }
-                return;
-            }
-            Ok(UnitWrite::Other) => None,
-            Ok(UnitWrite::Pmu { counting_started }) => Some(counting_started && !v.bts.active()),
-            Ok(UnitWrite::Lbr) => Some(false),
-            Ok(UnitWrite::ArchLbr) => Some(self.lbr_recording(v)),
-            Ok(UnitWrite::DebugStore { debugctl, bts_started }) => Some(debugctl && (bts_started || self.lbr_recording(v))),
-        };
-        if let Some(starts) = starts {
-            if starts && !v.tracer.trace_en() {
-                v.tracer.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
-            }
-            if unit == MsrUnit::Pmu {
-                self.count_cycles(v);
-            }
-            return;
-        }
-        if let Some(r) = v.rtit.as_mut().filter(|_| unit == MsrUnit::Rtit) {
-            if !r.trigger_en() {
-                r.set_context(current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode));
-            }
-            if r.wrmsr(index, value, ip, nlip, &mut PhysMem).is_err() {
-                Self::raise_gp(v, rcx, rdx);
-            }
-            self.drain(v);
-            return;
-        }
-        self.sync_status(v);
-        match v.msrs.write(index, value, &self.opts.caps) {
-            Err(Fault::Gp) => Self::raise_gp(v, rcx, rdx),
-            Ok(WriteEffect::TraceEnabled) => {
-                Self::ensure_cs_base(v);
-                let site = EnableSite {
-                    ip,
-                    nlip,
-                    ctx: current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode),
-                    ip_base: self.ip_base(v.cs_base),
-                    rflags_if: v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0,
-                };
-                self.ctl_used.fetch_or(v.msrs.ctl.0, Ordering::Relaxed);
-                let cfg = self.trace_config(v);
-                let enabled = enable::trace_enabled(&mut v.msrs, &mut v.tracer, &mut v.output, &self.opts.caps, cfg, site, &mut PhysMem);
-                v.output_active = enabled.output_active;
-                self.drain(v);
-                if enabled.topa_pmi {
-                    // STATUS.PendTopaPMI at the enable: the ToPA PMI is pended anew.
-                    self.raise_topa_pmi(v);
-                }
-            }
-            Ok(WriteEffect::TraceDisabled) => {
-                // Everything buffered reaches memory before the WRMSR completes, so the guest
-                // reads a complete stream and final pointers right after it.
-                enable::trace_disabling(&mut v.msrs, &mut v.tracer, ip, nlip);
-                self.flush_output(v);
-                enable::trace_disabled_output(&mut v.msrs, &v.tracer, &mut v.output, &self.opts.caps);
-                v.output_active = false;
-            }
-            Ok(WriteEffect::Plain) => {
-                match index {
-                    IA32_RTIT_OUTPUT_BASE => v.output.set_output_base(v.msrs.output_base),
-                    IA32_RTIT_OUTPUT_MASK_PTRS => v.output.set_output_mask_ptrs(v.msrs.output_mask_ptrs.value()),
-                    _ => {}
-                }
-                if !v.tracer.trace_en() {
-                    v.tracer.reconfigure(self.trace_config(v));
-                }
-            }
+        let effect = system_cpu::wrmsr::wrmsr(&mut QemuPort::new(self, v), &self.msr_map(), ip, nlip);
+        if effect == Wrmsr::Pt(WriteEffect::TraceEnabled) {
+            // meta.txt: the settings of every enabling WRMSR (e.g. DisTNT) for the decoder.
+            self.ctl_used.fetch_or(v.msrs.ctl.0, Ordering::Relaxed);
         }
     }
 
-    /// QEMU's TCG does not implement RDPMC and has just delivered #UD for it. Undo the delivery
-    /// (the interrupt frame on the handler's stack holds the interrupted RIP, CS, RFLAGS, RSP,
-    /// SS) and complete the instruction: EDX:EAX = the counter ECX selects, resume after it.
-    /// When the PMU says RDPMC faults, the #UD is turned into the #GP(0) hardware raises
-    /// (`ud_to_gp`).
+    /// QEMU's TCG does not implement RDPMC and has just delivered #UD for it: the facade
+    /// completes it from the PMU or re-delivers the #GP(0) hardware raises
+    /// (`pttrace_core::system_cpu::rdpmc`).
     fn complete_rdpmc(&self, v: &mut Vcpu, resume: u64) -> RdpmcOutcome {
-        let Some(rsp) = v.regs.get("rsp") else { return RdpmcOutcome::Unchanged };
-        let frame: Option<Vec<u64>> = (0..5).map(|i| guest::read_u64(rsp + 8 * i)).collect();
-        let Some(frame) = frame else { return RdpmcOutcome::Unchanged };
-        let (cs, rflags, old_rsp, ss) = (frame[1], frame[2], frame[3], frame[4]);
-        let cr4 = v.regs.get("cr4").unwrap_or(0);
-        let protected = v.regs.get("cr0").unwrap_or(0) & 1 != 0;
-        if protected && cs & 3 != 0 && cr4 & (1 << 8) == 0 {
-            // QEMU's helper_rdpmc raises #GP(0) itself for CR4.PCE = 0 at CPL > 0 (before its
-            // #UD): that is the hardware's exception already.
-            return RdpmcOutcome::Unchanged;
-        }
-        let value = match v.pmu.rdpmc(v.regs.get("rcx").unwrap_or(0) as u32, (cs & 3) as u8, cr4 & (1 << 8) != 0, protected) {
-            Ok(value) => value,
-            Err(_) => return self.ud_to_gp(v, rsp, rflags).map_or(RdpmcOutcome::Unchanged, RdpmcOutcome::Gp),
-        };
-        if cs & 3 != v.regs.get("cs").unwrap_or(0) & 3 && !(v.regs.set("cs", cs) && v.regs.set("ss", ss)) {
-            return RdpmcOutcome::Unchanged;
-        }
-        v.regs.set("rsp", old_rsp);
-        // The frame's status flags and DF are still TCG's lazy state (the delivery did not
-        // change it); only the system flags go back into the EFLAGS word (`core::rflags`).
-        v.regs.set("eflags", pttrace_core::rflags::tcg_eflags_word(rflags));
-        v.regs.set("rip", resume);
-        v.regs.set("rax", value & 0xFFFF_FFFF);
-        v.regs.set("rdx", value >> 32);
-        RdpmcOutcome::Completed
-    }
-
-    /// QEMU delivered #UD (vector 6, no error code) for an RDPMC that raises #GP(0) on
-    /// hardware: push the error code on the same stack and enter the #GP handler instead (64-bit
-    /// mode, gates 6 and 13 on the same stack). Returns the #GP handler's address.
-    fn ud_to_gp(&self, v: &mut Vcpu, rsp: u64, saved_rflags: u64) -> Option<u64> {
-        use pttrace_core::guest_mem::LinearMemory;
-        use pttrace_core::idt::{ud_redeliverable_as_gp, Gate64};
-        if v.regs.get("efer").unwrap_or(0) & (1 << 10) == 0 {
-            return None;
-        }
-        let idt = v.idt_base?;
-        let gate = |n: u64| {
-            let mut b = [0u8; 16];
-            guest::read_vaddr(idt + 16 * n, &mut b).then(|| Gate64::parse(&b))
-        };
-        let (ud, gp) = (gate(6)?, gate(13)?);
-        if !ud_redeliverable_as_gp(ud, gp) {
-            return None;
-        }
-        let new_rsp = rsp.wrapping_sub(8);
-        LinearMem.write_linear(new_rsp, &0u64.to_le_bytes()).ok()?;
-        v.regs.set("rsp", new_rsp);
-        if u64::from(gp.selector) != v.regs.get("cs").unwrap_or(0) {
-            v.regs.set("cs", u64::from(gp.selector));
-        }
-        let flags = v.regs.get("eflags").unwrap_or(0);
-        let if_flag = if gp.clears_if() { 0 } else { saved_rflags & (1 << 9) };
-        v.regs.set("eflags", (flags & !(1 << 9)) | if_flag);
-        v.regs.set("rip", gp.offset);
-        Some(gp.offset)
+        system_cpu::rdpmc::complete(&mut QemuPort::new(self, v), resume)
     }
 
     /// Make QEMU raise #GP(0) at the WRMSR about to execute: IA32_APIC_BASE with reserved bits
@@ -2364,16 +2213,6 @@ impl Shared {
         v.pending.gp_restore = Some((rcx, rdx));
         v.regs.set("rcx", MSR_IA32_APIC_BASE);
         v.regs.set("rdx", 0xFFFF_FFFF);
-    }
-
-    fn trace_config(&self, v: &Vcpu) -> TraceConfig {
-        TraceConfig {
-            ctl: v.msrs.ctl,
-            cr3_match: v.msrs.cr3_match,
-            addr: v.msrs.addr,
-            num_ranges: self.opts.caps.num_addr_ranges as usize,
-            cbr: TraceConfig::default().cbr,
-        }
     }
 
     /// LGDT / LIDT m16&64 (or m16&32): the table base they load (GDTR.base for reading CS
@@ -2594,6 +2433,123 @@ impl Shared {
 }
 
 /// meta.txt of a full-system run (`end=` is added once every stream is complete).
+/// The facade's guest port (`pttrace_core::system_cpu`) on a vCPU, in vCPU context: registers
+/// and memory through QEMU, #GP(0) by steering the instruction, PMIs through the local APIC, and
+/// the plugin's block-granular sequencing (counting, storing held output).
+struct QemuPort<'a> {
+    sh: &'a Shared,
+    v: &'a mut Vcpu,
+    mem: PhysMem,
+    linear: LinearMem,
+}
+
+impl<'a> QemuPort<'a> {
+    fn new(sh: &'a Shared, v: &'a mut Vcpu) -> Self {
+        QemuPort { sh, v, mem: PhysMem, linear: LinearMem }
+    }
+}
+
+impl GuestPort for QemuPort<'_> {
+    type Mem = PhysMem;
+    type Linear = LinearMem;
+
+    fn cpu(&mut self) -> SystemCpu<'_, PhysMem> {
+        let v = &mut *self.v;
+        SystemCpu {
+            msrs: &mut v.msrs,
+            tracer: &mut v.tracer,
+            output: &mut v.output,
+            output_active: &mut v.output_active,
+            pmu: &mut v.pmu,
+            lbr: &mut v.lbr,
+            arch_lbr: &mut v.arch_lbr,
+            bts: &mut v.bts,
+            rtit: v.rtit.as_mut(),
+            mem: &mut self.mem,
+        }
+    }
+
+    fn reg(&mut self, reg: Reg) -> u64 {
+        self.v.regs.get(reg_name(reg)).unwrap_or(0)
+    }
+
+    fn set_reg(&mut self, reg: Reg, value: u64) -> bool {
+        self.v.regs.set(reg_name(reg), value)
+    }
+
+    fn idt_base(&mut self) -> Option<u64> {
+        self.v.idt_base
+    }
+
+    fn linear(&mut self) -> &mut LinearMem {
+        &mut self.linear
+    }
+
+    fn context(&mut self) -> Context {
+        let v = &*self.v;
+        current_context(&v.regs, v.gdt_base, v.cur_modes, v.proven, v.tracer.context().mode)
+    }
+
+    fn cs_base(&mut self) -> u64 {
+        Shared::ensure_cs_base(self.v);
+        self.v.cs_base
+    }
+
+    fn guest_tsc(&mut self) -> u64 {
+        self.sh.core_clock(self.v)
+    }
+
+    fn raise_gp(&mut self, rcx: u64, rdx: u64) {
+        Shared::raise_gp(self.v, rcx, rdx);
+    }
+
+    fn deliver_pmi(&mut self) {
+        Shared::deliver_pmi();
+    }
+
+    fn apic_base_written(&mut self, value: u64) {
+        guest::set_apic_base(value);
+    }
+
+    fn count_to(&mut self, ip: u64) {
+        self.sh.count_to(self.v, ip);
+    }
+
+    fn count_cycles(&mut self) {
+        self.sh.count_cycles(self.v);
+    }
+
+    fn store_held(&mut self) {
+        self.sh.store_held(self.v);
+    }
+
+    fn drain(&mut self) {
+        self.sh.drain(self.v);
+    }
+
+    fn flush_output(&mut self) {
+        self.sh.flush_output(self.v);
+    }
+}
+
+/// The gdbstub name of a register the facade uses (`crate::regs`).
+#[inline(always)]
+fn reg_name(reg: Reg) -> &'static str {
+    match reg {
+        Reg::Rax => "rax",
+        Reg::Rcx => "rcx",
+        Reg::Rdx => "rdx",
+        Reg::Rsp => "rsp",
+        Reg::Rip => "rip",
+        Reg::Rflags => "eflags",
+        Reg::Cs => "cs",
+        Reg::Ss => "ss",
+        Reg::Cr0 => "cr0",
+        Reg::Cr4 => "cr4",
+        Reg::Efer => "efer",
+    }
+}
+
 fn system_meta(opts: &SystemOptions) -> String {
     format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","))
 }
@@ -2630,16 +2586,6 @@ fn decoder_meta(used: RtitCtl) -> String {
         m.push_str("event_trace=1\n");
     }
     m
-}
-
-/// What became of the #UD QEMU raised for an RDPMC.
-enum RdpmcOutcome {
-    /// The instruction was completed from the PMU model; no exception.
-    Completed,
-    /// The PMU says #GP(0): re-delivered to the #GP handler at this address.
-    Gp(u64),
-    /// Left as QEMU delivered it.
-    Unchanged,
 }
 
 /// Effective linear address of the memory operand of the instruction in `bytes` (flat segments

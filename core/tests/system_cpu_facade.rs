@@ -1,0 +1,468 @@
+//! The per-CPU facade (`system_cpu`, issue 13) driven through a fake guest port that records
+//! what the facade asked of it; its output steps store packets through the same
+//! `pt::enable::store_packets` the plugin uses, and its memory is linear = physical.
+//!
+//! WRMSR (`system_cpu::wrmsr`): which unit a write reaches, the #GP(0) of a refused write with
+//! the guest's registers to restore, the TraceEn 0 -> 1 and 1 -> 0 sequences with the output unit
+//! started and flushed, the PMU counting the instructions before a WRMSR under the old
+//! configuration, and MSRs left to the emulator. RDPMC (`system_cpu::rdpmc`): the #UD QEMU
+//! delivers undone and the instruction completed from the PMU, or re-delivered as #GP(0).
+
+use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
+use pttrace_core::bts::BranchTraceStore;
+use pttrace_core::guest_mem::SparseMemory;
+use pttrace_core::lbr::LbrStack;
+use pttrace_core::msr_map::{MsrMap, UnitWrite};
+use pttrace_core::pmu::{Pmu, PmuCaps};
+use pttrace_core::pt::caps::PtCaps;
+use pttrace_core::pt::enable::store_packets;
+use pttrace_core::pt::msr::{RtitMsrs, WriteEffect};
+use pttrace_core::pt::output::OutputUnit;
+use pttrace_core::pt::packet::ExecMode;
+use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
+use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
+use pttrace_core::system_cpu::rdpmc::{self, Rdpmc};
+use pttrace_core::system_cpu::wrmsr::{wrmsr, Wrmsr};
+use pttrace_core::system_cpu::{GuestPort, Reg, SystemCpu};
+
+const IA32_APIC_BASE: u32 = 0x1B;
+const IA32_EFER: u32 = 0xC000_0080;
+const IA32_FIXED_CTR_CTRL: u32 = 0x38D;
+const IA32_PERF_GLOBAL_CTRL: u32 = 0x38F;
+const IA32_PERF_GLOBAL_STATUS: u32 = 0x38E;
+const IA32_RTIT_OUTPUT_BASE: u32 = 0x560;
+const IA32_RTIT_OUTPUT_MASK_PTRS: u32 = 0x561;
+const IA32_RTIT_CTL: u32 = 0x570;
+const IA32_RTIT_STATUS: u32 = 0x571;
+/// Atom RTIT's control register (seed 002).
+const RTIT_CTL_ATOM: u32 = 0x768;
+
+/// IA32_RTIT_CTL: TraceEn [0], OS [2], BranchEn [13].
+const CTL_TRACE_OS_BRANCHES: u64 = 1 | (1 << 2) | (1 << 13);
+/// The single output range: 4 KiB at 10000H.
+const RANGE: u64 = 0x10000;
+
+/// What the facade asked of the guest, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Call {
+    /// #GP(0) with these RCX, RDX for the handler.
+    Gp { rcx: u64, rdx: u64 },
+    Pmi,
+    ApicBase(u64),
+    /// `count_to(ip)`, with IA32_PERF_GLOBAL_CTRL as the PMU held it at that moment.
+    CountTo { ip: u64, global_ctrl: u64 },
+    CountCycles,
+    StoreHeld,
+    Drain,
+    Flush,
+}
+
+struct Fake {
+    msrs: RtitMsrs,
+    tracer: Tracer,
+    output: OutputUnit,
+    output_active: bool,
+    pmu: Pmu,
+    lbr: LbrStack,
+    arch_lbr: ArchLbr,
+    bts: BranchTraceStore,
+    rtit: Option<RtitTracer>,
+    mem: SparseMemory,
+    /// Indexed by `Reg as usize`.
+    regs: [u64; 11],
+    /// Every register write, in order.
+    reg_writes: Vec<(Reg, u64)>,
+    idt_base: Option<u64>,
+    ctx: Context,
+    cs_base: u64,
+    calls: Vec<Call>,
+    /// Every byte the output steps stored (the plugin's host copy).
+    stored: Vec<u8>,
+}
+
+impl Fake {
+    fn new(caps: PtCaps, pmu: PmuCaps) -> Fake {
+        let mut mem = SparseMemory::new();
+        mem.add_ram(RANGE, 0x1000);
+        Fake {
+            msrs: RtitMsrs::default(),
+            tracer: Tracer::new(TraceConfig { num_ranges: caps.num_addr_ranges as usize, ..TraceConfig::default() }, Context::KERNEL64),
+            output: OutputUnit::new(caps),
+            output_active: false,
+            pmu: Pmu::new(pmu),
+            lbr: LbrStack::default(),
+            arch_lbr: ArchLbr::new(ArchLbrCaps::SAPPHIRE_RAPIDS),
+            bts: BranchTraceStore::new(true),
+            rtit: None,
+            mem,
+            regs: [0; 11],
+            reg_writes: Vec::new(),
+            idt_base: None,
+            ctx: Context { cpl: 0, cr3: 0x5000, mode: ExecMode::Bit64 },
+            cs_base: 0,
+            calls: Vec::new(),
+            stored: Vec::new(),
+        }
+        .with(Reg::Rflags, 1 << 9)
+    }
+
+    fn with(mut self, reg: Reg, value: u64) -> Fake {
+        self.regs[reg as usize] = value;
+        self
+    }
+
+    /// WRMSR of `value` to `index` at `ip` (a 2-byte instruction).
+    fn wrmsr(&mut self, map: &MsrMap, index: u32, value: u64, ip: u64) -> Wrmsr {
+        self.regs[Reg::Rax as usize] = 0xDEAD_0000_0000_0000 | (value & 0xFFFF_FFFF); // RAX[63:32] is ignored
+        self.regs[Reg::Rcx as usize] = u64::from(index);
+        self.regs[Reg::Rdx as usize] = value >> 32;
+        wrmsr(self, map, ip, ip + 2)
+    }
+
+    fn store(&mut self) {
+        let stored = &mut self.stored;
+        store_packets(&mut self.msrs, &mut self.tracer, &mut self.output, &mut self.mem, |b| stored.extend_from_slice(b));
+    }
+}
+
+impl GuestPort for Fake {
+    type Mem = SparseMemory;
+    type Linear = SparseMemory;
+
+    fn cpu(&mut self) -> SystemCpu<'_, SparseMemory> {
+        SystemCpu {
+            msrs: &mut self.msrs,
+            tracer: &mut self.tracer,
+            output: &mut self.output,
+            output_active: &mut self.output_active,
+            pmu: &mut self.pmu,
+            lbr: &mut self.lbr,
+            arch_lbr: &mut self.arch_lbr,
+            bts: &mut self.bts,
+            rtit: self.rtit.as_mut(),
+            mem: &mut self.mem,
+        }
+    }
+    fn reg(&mut self, reg: Reg) -> u64 {
+        self.regs[reg as usize]
+    }
+    fn set_reg(&mut self, reg: Reg, value: u64) -> bool {
+        self.reg_writes.push((reg, value));
+        self.regs[reg as usize] = value;
+        true
+    }
+    fn idt_base(&mut self) -> Option<u64> {
+        self.idt_base
+    }
+    fn linear(&mut self) -> &mut SparseMemory {
+        &mut self.mem
+    }
+    fn context(&mut self) -> Context {
+        self.ctx
+    }
+    fn cs_base(&mut self) -> u64 {
+        self.cs_base
+    }
+    fn guest_tsc(&mut self) -> u64 {
+        1_000_000
+    }
+    fn raise_gp(&mut self, rcx: u64, rdx: u64) {
+        self.calls.push(Call::Gp { rcx, rdx });
+    }
+    fn deliver_pmi(&mut self) {
+        self.calls.push(Call::Pmi);
+    }
+    fn apic_base_written(&mut self, value: u64) {
+        self.calls.push(Call::ApicBase(value));
+    }
+    fn count_to(&mut self, ip: u64) {
+        let global_ctrl = self.pmu.read(IA32_PERF_GLOBAL_CTRL).unwrap();
+        self.calls.push(Call::CountTo { ip, global_ctrl });
+    }
+    fn count_cycles(&mut self) {
+        self.calls.push(Call::CountCycles);
+    }
+    fn store_held(&mut self) {
+        self.calls.push(Call::StoreHeld);
+        if self.output_active && !self.tracer.output().is_empty() {
+            self.store();
+        }
+    }
+    fn drain(&mut self) {
+        self.calls.push(Call::Drain);
+        if self.output_active {
+            self.store();
+        } else {
+            self.tracer.clear_output();
+        }
+    }
+    fn flush_output(&mut self) {
+        self.calls.push(Call::Flush);
+        if self.output_active {
+            self.store();
+        }
+    }
+}
+
+fn skylake() -> MsrMap {
+    MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true, pebs_data_cfg: false, arch_lbr: false }
+}
+
+/// The single range at `RANGE` programmed with plain WRMSRs (no trace started).
+fn with_range(f: &mut Fake, map: &MsrMap) {
+    assert_eq!(f.wrmsr(map, IA32_RTIT_OUTPUT_BASE, RANGE, 0x1000), Wrmsr::Pt(WriteEffect::Plain));
+    assert_eq!(f.wrmsr(map, IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF, 0x1002), Wrmsr::Pt(WriteEffect::Plain));
+    f.calls.clear();
+}
+
+#[test]
+fn a_reserved_rtit_ctl_bit_raises_gp_with_the_guests_rcx_and_rdx_to_restore() {
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    with_range(&mut f, &map);
+    // IA32_RTIT_CTL[63] is reserved (SDM Vol. 3C §33.2.8.2): EDX = 8000_0000H.
+    let effect = f.wrmsr(&map, IA32_RTIT_CTL, (1 << 63) | CTL_TRACE_OS_BRANCHES, 0x2000);
+    assert_eq!(effect, Wrmsr::Gp);
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { rcx: u64::from(IA32_RTIT_CTL), rdx: 0x8000_0000 }]);
+    assert_eq!(f.msrs.read(IA32_RTIT_CTL, &map.caps), Ok(0), "nothing changed");
+    assert!(!f.tracer.trace_en() && !f.output_active);
+    assert!(f.stored.is_empty() && f.tracer.output().is_empty(), "no packets");
+}
+
+#[test]
+fn trace_en_0_to_1_starts_the_output_and_1_to_0_leaves_every_byte_and_the_pointers_in_memory() {
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    with_range(&mut f, &map);
+    f.cs_base = 0x40_0000;
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, CTL_TRACE_OS_BRANCHES, 0x40_1000), Wrmsr::Pt(WriteEffect::TraceEnabled));
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Drain]);
+    assert!(f.output_active && f.tracer.trace_en());
+    assert_eq!(f.tracer.context(), f.ctx, "the context read from the guest at the WRMSR");
+    // The drain after the enable stored the PSB+ into the range.
+    assert_eq!(&f.stored[..16], &[0x02, 0x82].repeat(8)[..], "PSB first");
+    assert_eq!(f.mem.bytes(RANGE, f.stored.len()), f.stored);
+    // The PSB+ carries the guest's CR3 (PIP), and the TIP.PGE the WRMSR's next instruction as an
+    // offset from the CS base (CPUID.(14H,0):ECX[31] LIP = 0 on this part, SDM §33.3.1.1):
+    // 401002H - 400000H.
+    let mut dump = String::new();
+    pttrace_core::pt::dump::dump(&f.stored, &mut dump).unwrap();
+    let line = |name: &str| dump.lines().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_else(|| panic!("no {name}:\n{dump}"));
+    assert!(line("pip").ends_with("cr3  0000000000005000"), "{dump}");
+    assert!(line("tip.pge").ends_with("ip   0000000000001002"), "{dump}");
+
+    f.calls.clear();
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, CTL_TRACE_OS_BRANCHES & !1, 0x40_2000), Wrmsr::Pt(WriteEffect::TraceDisabled));
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Flush]);
+    assert!(!f.output_active && !f.tracer.trace_en());
+    assert!(f.tracer.output().is_empty(), "the disable's packets were flushed");
+    assert_eq!(f.mem.bytes(RANGE, f.stored.len()), f.stored, "the whole stream is in the range");
+    // IA32_RTIT_OUTPUT_MASK_PTRS[63:32] OutputOffset: the bytes stored, right after the WRMSR.
+    let ptrs = f.msrs.read(IA32_RTIT_OUTPUT_MASK_PTRS, &map.caps).unwrap();
+    assert_eq!(ptrs >> 32, f.stored.len() as u64);
+    assert!(f.stored.len() > 16 + 2, "PSB+ and the disable's TIP.PGD");
+}
+
+#[test]
+fn pend_topa_pmi_with_inject_psb_pmi_on_enable_raises_the_topa_pmi_at_the_enable() {
+    let map = MsrMap { caps: PtCaps::SAPPHIRE_RAPIDS, ..skylake() };
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    with_range(&mut f, &map);
+    // IA32_RTIT_STATUS[7] PendTopaPMI, as a context restore writes it back.
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_STATUS, 1 << 7, 0x3000), Wrmsr::Pt(WriteEffect::Plain));
+    f.calls.clear();
+    // IA32_RTIT_CTL[56] InjectPsbPmiOnEnable.
+    let ctl = CTL_TRACE_OS_BRANCHES | (1 << 56);
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, ctl, 0x3002), Wrmsr::Pt(WriteEffect::TraceEnabled));
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Drain, Call::Pmi]);
+    // IA32_PERF_GLOBAL_STATUS[55] Trace_ToPA_PMI.
+    assert_eq!(f.pmu.read(IA32_PERF_GLOBAL_STATUS).unwrap() & (1 << 55), 1 << 55);
+}
+
+#[test]
+fn a_pmu_write_counts_the_instructions_before_it_under_the_old_configuration() {
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    // Fixed counter 0 counting user instructions, enabled by IA32_PERF_GLOBAL_CTRL[32] (the reset
+    // value enables every counter, so it is cleared first).
+    assert_eq!(f.wrmsr(&map, IA32_PERF_GLOBAL_CTRL, 0, 0x100), Wrmsr::Unit { write: UnitWrite::Pmu { counting_started: false }, context_refreshed: false });
+    assert_eq!(f.wrmsr(&map, IA32_FIXED_CTR_CTRL, 2, 0x102), Wrmsr::Unit { write: UnitWrite::Pmu { counting_started: false }, context_refreshed: false });
+    f.calls.clear();
+    f.tracer.set_context(Context::USER64);
+    let effect = f.wrmsr(&map, IA32_PERF_GLOBAL_CTRL, 1 << 32, 0x104);
+    assert_eq!(effect, Wrmsr::Unit { write: UnitWrite::Pmu { counting_started: true }, context_refreshed: true });
+    // The instructions before the WRMSR were counted while IA32_PERF_GLOBAL_CTRL still held 0;
+    // the cycle counters caught up after the write.
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::CountTo { ip: 0x104, global_ctrl: 0 }, Call::CountCycles]);
+    assert_eq!(f.pmu.read(IA32_PERF_GLOBAL_CTRL), Ok(1 << 32));
+    assert_eq!(f.tracer.context(), f.ctx, "counting started: the context the counters filter on was read");
+    // A write the PMU refuses (GLOBAL_STATUS is read-only): #GP(0), and the cycles still catch up.
+    f.calls.clear();
+    assert_eq!(f.wrmsr(&map, IA32_PERF_GLOBAL_STATUS, 0, 0x106), Wrmsr::Gp);
+    assert_eq!(
+        f.calls,
+        vec![
+            Call::StoreHeld,
+            Call::CountTo { ip: 0x106, global_ctrl: 1 << 32 },
+            Call::Gp { rcx: u64::from(IA32_PERF_GLOBAL_STATUS), rdx: 0 },
+            Call::CountCycles
+        ]
+    );
+}
+
+#[test]
+fn a_write_to_an_msr_qemu_owns_does_nothing_but_note_where_the_apic_page_moved() {
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    assert_eq!(f.wrmsr(&map, IA32_EFER, 0xD01, 0x500), Wrmsr::Qemu);
+    assert!(f.calls.is_empty(), "no output step, no counting, no #GP: {:?}", f.calls);
+    // IA32_APIC_BASE: QEMU executes it; output must avoid the page at its new base.
+    assert_eq!(f.wrmsr(&map, IA32_APIC_BASE, 0x1_FEC0_0900, 0x502), Wrmsr::Qemu);
+    assert_eq!(f.calls, vec![Call::ApicBase(0x1_FEC0_0900)]);
+    assert_eq!(f.msrs.read(IA32_RTIT_CTL, &map.caps), Ok(0));
+    assert!(f.tracer.output().is_empty() && f.stored.is_empty());
+    // Atom RTIT's index on a part without RTIT is QEMU's too.
+    assert_eq!(f.wrmsr(&map, RTIT_CTL_ATOM, 1, 0x504), Wrmsr::Qemu);
+}
+
+#[test]
+fn atom_rtit_takes_its_msrs_and_faults_intel_pts_on_silvermont() {
+    let map = MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false, arch_lbr: false };
+    let mut f = Fake::new(map.caps, PmuCaps::SILVERMONT);
+    f.rtit = Some(RtitTracer::new(RtitOptions::default(), Context::KERNEL64));
+    // Seed 002: RTIT_CTL is written only after it was read; the refused write raises #GP(0) and
+    // the output step still follows.
+    assert_eq!(f.wrmsr(&map, RTIT_CTL_ATOM, 0, 0x600), Wrmsr::Gp);
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { rcx: u64::from(RTIT_CTL_ATOM), rdx: 0 }, Call::Drain]);
+    f.calls.clear();
+    f.rtit.as_ref().unwrap().try_rdmsr(RTIT_CTL_ATOM).unwrap();
+    assert_eq!(f.wrmsr(&map, RTIT_CTL_ATOM, 0, 0x602), Wrmsr::Rtit);
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Drain]);
+    f.calls.clear();
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, CTL_TRACE_OS_BRANCHES, 0x602), Wrmsr::Gp, "no Intel PT on Silvermont");
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { rcx: u64::from(IA32_RTIT_CTL), rdx: 0 }]);
+}
+
+// RDPMC ------------------------------------------------------------------------------------------
+
+/// The #UD handler's stack (the frame QEMU pushed is at `HANDLER_RSP`) and the IDT.
+const HANDLER_RSP: u64 = 0x8000;
+const IDT: u64 = 0xA000;
+/// IA32_PMC0 and IA32_PERFEVTSEL0.
+const IA32_PMC0: u32 = 0xC1;
+/// CR0.PE | CR0.ET | CR0.PG; CR4[8] PCE; IA32_EFER LME | LMA.
+const CR0_PAGED: u64 = 0x8000_0011;
+const CR4_PCE: u64 = 1 << 8;
+const EFER_LMA: u64 = 0x500;
+
+/// A CPU in IA-32e mode right after QEMU delivered #UD for an RDPMC of user code at 401000H
+/// (RFLAGS ZF, PF and IF set): the handler runs at CPL 0 on `HANDLER_RSP`.
+fn at_ud_of_user_rdpmc(cr4: u64, ecx: u64) -> Fake {
+    let mut f = Fake::new(PtCaps::SKYLAKE, PmuCaps::SKYLAKE)
+        .with(Reg::Rsp, HANDLER_RSP)
+        .with(Reg::Cs, 0x10)
+        .with(Reg::Ss, 0x18)
+        .with(Reg::Cr0, CR0_PAGED)
+        .with(Reg::Cr4, cr4)
+        .with(Reg::Efer, EFER_LMA)
+        .with(Reg::Rcx, ecx)
+        // The #UD went through an interrupt gate: IF = 0 in the handler.
+        .with(Reg::Rflags, 0x2);
+    f.mem.add_ram(0x7000, 0x2000).add_ram(IDT, 0x1000);
+    // RIP, CS, RFLAGS, RSP, SS of the user code.
+    for (i, v) in [0x40_1000, 0x33, 0x246, 0x7FFF_F000, 0x2B].into_iter().enumerate() {
+        use pttrace_core::guest_mem::GuestMemory;
+        f.mem.write_u64(HANDLER_RSP + 8 * i as u64, v).unwrap();
+    }
+    f
+}
+
+/// An IA-32e IDT gate (SDM Vol. 3A Figure 6-8): `ty` 0xE interrupt gate, 0xF trap gate.
+fn set_gate(f: &mut Fake, vector: u64, offset: u64, ty: u8) {
+    use pttrace_core::guest_mem::GuestMemory;
+    let mut b = [0u8; 16];
+    b[0..2].copy_from_slice(&(offset as u16).to_le_bytes());
+    b[2..4].copy_from_slice(&0x10u16.to_le_bytes());
+    b[5] = 0x80 | ty;
+    b[6..8].copy_from_slice(&((offset >> 16) as u16).to_le_bytes());
+    b[8..12].copy_from_slice(&((offset >> 32) as u32).to_le_bytes());
+    f.mem.write_phys(IDT + 16 * vector, &b).unwrap();
+    f.idt_base = Some(IDT);
+}
+
+#[test]
+fn user_rdpmc_with_cr4_pce_completes_from_the_counter_and_returns_to_the_user_code() {
+    let mut f = at_ud_of_user_rdpmc(CR4_PCE, 0);
+    // IA32_PMC0[31:0] written, sign-extended to the 48-bit counter (SDM Vol. 3B §20.2.6).
+    f.pmu.write(IA32_PMC0, 0x8765_4321).unwrap();
+    let counter = f.pmu.read(IA32_PMC0).unwrap();
+    assert_eq!(counter, 0xFFFF_8765_4321);
+    assert_eq!(rdpmc::complete(&mut f, 0x40_1002), Rdpmc::Completed);
+    assert_eq!(
+        f.reg_writes,
+        vec![
+            (Reg::Cs, 0x33),
+            (Reg::Ss, 0x2B),
+            (Reg::Rsp, 0x7FFF_F000),
+            // The frame's system flags only (IF, bit 1): ZF and PF stay TCG's lazy state.
+            (Reg::Rflags, 0x202),
+            (Reg::Rip, 0x40_1002),
+            (Reg::Rax, 0x8765_4321),
+            (Reg::Rdx, 0xFFFF),
+        ]
+    );
+}
+
+#[test]
+fn user_rdpmc_with_cr4_pce_clear_keeps_the_gp_qemu_raised() {
+    // QEMU's helper_rdpmc raised #GP(0) itself (before its #UD): with gates through which a
+    // #UD could be re-delivered, nothing is re-delivered a second time.
+    let mut f = at_ud_of_user_rdpmc(0, 0);
+    set_gate(&mut f, 6, 0x1000, 0xE);
+    set_gate(&mut f, 13, 0x2000, 0xE);
+    assert_eq!(rdpmc::complete(&mut f, 0x40_1002), Rdpmc::Unchanged);
+    assert!(f.reg_writes.is_empty());
+    assert!(!f.mem.writes.iter().any(|&(a, _)| a == HANDLER_RSP - 8), "no error code pushed");
+}
+
+#[test]
+fn rdpmc_of_a_counter_the_pmu_lacks_is_redelivered_as_gp_with_error_code_0() {
+    // ECX = 8: Skylake has 4 general-purpose counters per thread.
+    for (gp_type, eflags) in [(0xE, 0x2), (0xF, 0x202)] {
+        let mut f = at_ud_of_user_rdpmc(CR4_PCE, 8);
+        {
+            use pttrace_core::guest_mem::GuestMemory;
+            f.mem.write_u64(HANDLER_RSP - 8, 0xAAAA).unwrap();
+        }
+        set_gate(&mut f, 6, 0xFFFF_FFFF_8100_1000, 0xE);
+        set_gate(&mut f, 13, 0xFFFF_FFFF_8100_2000, gp_type);
+        assert_eq!(rdpmc::complete(&mut f, 0x40_1002), Rdpmc::Gp(0xFFFF_FFFF_8100_2000));
+        // Same selector: CS is not written. An interrupt gate leaves IF = 0, a trap gate the
+        // interrupted code's IF = 1.
+        assert_eq!(f.reg_writes, vec![(Reg::Rsp, HANDLER_RSP - 8), (Reg::Rflags, eflags), (Reg::Rip, 0xFFFF_FFFF_8100_2000)]);
+        assert_eq!(f.mem.bytes(HANDLER_RSP - 8, 8), vec![0; 8], "error code 0 below the frame");
+    }
+}
+
+#[test]
+fn rdpmc_whose_counter_faults_stays_a_ud_when_gp_cannot_be_delivered_the_same_way() {
+    // Outside IA-32e mode, without an IDT, or with #GP on another stack (IST 1).
+    let mut legacy = at_ud_of_user_rdpmc(CR4_PCE, 8).with(Reg::Efer, 0);
+    set_gate(&mut legacy, 6, 0x1000, 0xE);
+    set_gate(&mut legacy, 13, 0x2000, 0xE);
+    assert_eq!(rdpmc::complete(&mut legacy, 0x40_1002), Rdpmc::Unchanged);
+    let mut no_idt = at_ud_of_user_rdpmc(CR4_PCE, 8);
+    assert_eq!(rdpmc::complete(&mut no_idt, 0x40_1002), Rdpmc::Unchanged);
+    let mut ist = at_ud_of_user_rdpmc(CR4_PCE, 8);
+    set_gate(&mut ist, 6, 0x1000, 0xE);
+    set_gate(&mut ist, 13, 0x2000, 0xE);
+    {
+        use pttrace_core::guest_mem::GuestMemory;
+        ist.mem.write_phys(IDT + 16 * 13 + 4, &[1]).unwrap();
+    }
+    assert_eq!(rdpmc::complete(&mut ist, 0x40_1002), Rdpmc::Unchanged);
+    for f in [legacy, no_idt, ist] {
+        assert!(f.reg_writes.is_empty());
+        assert!(!f.mem.writes.iter().any(|&(a, _)| a == HANDLER_RSP - 8), "no error code pushed");
+    }
+}
