@@ -198,7 +198,7 @@ struct Recorded {
     n_insns: u64,
 }
 
-impl ExecutedBlock for &Recorded {
+impl ExecutedBlock for Recorded {
     fn pc(&self) -> u64 {
         self.pc
     }
