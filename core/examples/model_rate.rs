@@ -21,7 +21,7 @@ struct Rec {
     pc: u64,
     end: &'static BlockEnd,
 }
-impl ExecutedBlock for &Rec {
+impl ExecutedBlock for Rec {
     fn pc(&self) -> u64 {
         self.pc
     }
@@ -74,7 +74,7 @@ fn main() {
     for _ in 0..reps {
         let t0 = cpu_ns();
         for _ in 0..n_rounds {
-            flow.run(&mut t, &recs, &mut clock);
+            flow.run(&mut t, &recs[..], &mut clock);
             t.take_output();
         }
         best = best.min(cpu_ns() - t0);

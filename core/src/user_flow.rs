@@ -167,7 +167,9 @@ pub struct BlockEnd {
     /// The block's last instruction. When it is a REP string instruction QEMU re-enters it as a
     /// new block for further iterations, but it retires once.
     pub last: ClassifiedInsn,
-    direct: DirectFlow,
+    pub(crate) direct: DirectFlow,
+    /// A near RET, not a REP string instruction: it may compress (`SteadyRun::user_blocks`).
+    pub(crate) compressible_ret: bool,
 }
 
 /// The outcome of a block whose last instruction has only fixed successors (no COFI, a
@@ -175,7 +177,8 @@ pub struct BlockEnd {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirectFlow {
     /// Successors that need no further explanation (the same one twice for a single
-    /// successor); `NONE` for other classes (indirect transfers, far transfers, software
+    /// successor: `target` = `fall` unless `conditional`, which `SteadyRun::user_blocks`
+    /// relies on); `NONE` for other classes (indirect transfers, far transfers, software
     /// interrupts, REP string instructions), which take the general path.
     pub target: u64,
     pub fall: u64,
@@ -232,7 +235,7 @@ impl DirectFlow {
 
 impl BlockEnd {
     pub fn new(last: ClassifiedInsn) -> Self {
-        BlockEnd { last, direct: DirectFlow::of(&last) }
+        BlockEnd { last, direct: DirectFlow::of(&last), compressible_ret: last.kind == BranchKind::Return && !last.rep_string }
     }
 
     /// Is `next` a possible successor of the last instruction without any interruption?
@@ -378,65 +381,36 @@ impl UserFlow {
     /// a time with the clock set before each (`clock` advanced by the block's instruction count,
     /// then `tracer.set_tsc(clock)`), and no signal probe. Runs of blocks whose predecessor has
     /// fixed successors go through the tracer's steady state with its bookkeeping in registers
-    /// (issue 13: most blocks of a user-mode trace); the rest take the general path.
-    pub fn run<B: ExecutedBlock>(&mut self, tracer: &mut Tracer, blocks: impl IntoIterator<Item = B>, clock: &mut u64) {
-        let mut blocks = blocks.into_iter();
+    /// (issue 13: most blocks of a user-mode trace, `SteadyRun::user_blocks`); the rest take the
+    /// general path.
+    pub fn run<B: ExecutedBlock>(&mut self, tracer: &mut Tracer, blocks: &[B], clock: &mut u64) {
         let mut no_signal = |_: u64| None;
-        loop {
-            let steady = match self.pos {
-                Position::After(prev) => Self::steady_run(tracer, prev, &mut blocks, clock),
-                _ => None,
-            };
-            let b = match steady {
-                Some((n, prev, stop)) => {
-                    self.stats.blocks += n;
+        let mut at = 0;
+        while let Some(rest) = blocks.get(at..).filter(|r| !r.is_empty()) {
+            if let Position::After(mut prev) = self.pos {
+                let steady = tracer.steady_run().map(|mut run| run.user_blocks(&mut prev, rest, clock));
+                if let Some((n, psb_due)) = steady {
+                    at += n;
+                    self.stats.blocks += n as u64;
                     self.pos = Position::After(prev);
-                    tracer.set_tsc(*clock);
-                    match stop {
-                        None => return,
-                        Some((b, true)) => {
-                            tracer.psb_if_due(b.pc());
-                            continue;
-                        }
-                        Some((b, false)) => b,
+                    if psb_due {
+                        tracer.set_tsc(*clock);
+                        tracer.psb_if_due(rest[n - 1].pc());
+                        continue;
+                    }
+                    if n == rest.len() {
+                        tracer.set_tsc(*clock);
+                        return;
                     }
                 }
-                None => {
-                    let Some(b) = blocks.next() else { return };
-                    *clock += b.n_insns();
-                    tracer.set_tsc(*clock);
-                    b
-                }
-            };
-            self.block(tracer, b.pc(), b.end(), &mut no_signal);
-        }
-    }
-
-    /// The steady part of `run`: blocks with fixed successors while the tracer stays in its
-    /// steady state. Returns how many ran, the last one's end, and the block that stopped the
-    /// run (true: the PSB period was reached with it, and it ran; false: it did not run, its
-    /// predecessor's fixed successors do not explain it; None: no blocks left). None: the
-    /// tracer is not in its steady state.
-    #[inline(always)]
-    fn steady_run<B: ExecutedBlock>(
-        tracer: &mut Tracer,
-        mut prev: &'static BlockEnd,
-        blocks: &mut impl Iterator<Item = B>,
-        clock: &mut u64,
-    ) -> Option<(u64, &'static BlockEnd, Option<(B, bool)>)> {
-        let mut run = tracer.steady_run()?;
-        loop {
-            let Some(b) = blocks.next() else { return Some((run.blocks(), prev, None)) };
-            *clock += b.n_insns();
-            let pc = b.pc();
-            // (A RET that compresses is what `resolve` does for it without a signal probe.)
-            let Some(more) = run.retired(&prev.last, prev.direct.explains(pc).then_some(&prev.direct), pc) else {
-                return Some((run.blocks(), prev, Some((b, false))));
-            };
-            prev = b.end();
-            if !more {
-                return Some((run.blocks(), prev, Some((b, true))));
             }
+            // The general path for the block at `at` (its predecessor's fixed successors do not
+            // explain it, or the tracer is not in its steady state).
+            let b = &blocks[at];
+            at += 1;
+            *clock += b.n_insns();
+            tracer.set_tsc(*clock);
+            self.block(tracer, b.pc(), b.end(), &mut no_signal);
         }
     }
 

@@ -198,7 +198,7 @@ struct Recorded {
     n_insns: u64,
 }
 
-impl ExecutedBlock for &Recorded {
+impl ExecutedBlock for Recorded {
     fn pc(&self) -> u64 {
         self.pc
     }
@@ -269,6 +269,65 @@ fn batch_run_equals_blocks_one_at_a_time() {
         fs.finish(&mut single);
         let (a, b) = (batch.take_output(), single.take_output());
         assert!(!b.is_empty());
+        assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
+        assert_eq!(fb.stats(), fs.stats(), "seed {seed}");
+        assert_eq!(batch.stats(), single.stats(), "seed {seed}");
+    }
+}
+
+#[test]
+fn batch_run_reaches_the_psb_period_inside_long_steady_runs() {
+    // Long runs that only the steady loop handles (Jcc either way, direct CALL, a RET that
+    // compresses, JMP back), in batches as large as the plugin's ring: the PSB period (2 KiB or
+    // 4 KiB of mostly one-byte TNT packets) is reached inside a batch, after which the batch
+    // continues; PSB+ must follow the very block whose TNT packet reached it, as one block at a
+    // time does.
+    let insn = |ip: u64, len: u8, kind: BranchKind| -> &'static BlockEnd {
+        Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string: false })))
+    };
+    let jcc = insn(0x401010, 2, BranchKind::Conditional { target: 0x401040 });
+    let call = insn(0x401050, 5, BranchKind::DirectCall { target: 0x402000 });
+    let ret = insn(0x402008, 1, BranchKind::Return);
+    let jmp = insn(0x401060, 2, BranchKind::DirectJump { target: 0x401000 });
+    let jmp2 = insn(0x401020, 2, BranchKind::DirectJump { target: 0x401000 });
+    for seed in 0..20u64 {
+        let mut rng = Rng(5000 + seed);
+        let mut ctl = RtitCtl::default();
+        ctl.set_user(true).set_branch_en(true).set_tsc_en(seed % 2 == 0).set_psb_freq((seed / 2 % 2) as u8);
+        let cfg = TraceConfig { ctl, ..TraceConfig::default() };
+        let mut blocks = Vec::new();
+        while blocks.len() < 400_000 {
+            blocks.push(Recorded { pc: 0x401000, end: jcc, n_insns: 5 });
+            if rng.below(3) != 0 {
+                blocks.push(Recorded { pc: 0x401040, end: call, n_insns: 4 });
+                blocks.push(Recorded { pc: 0x402000, end: ret, n_insns: 3 });
+                blocks.push(Recorded { pc: 0x401055, end: jmp, n_insns: 2 });
+            } else {
+                blocks.push(Recorded { pc: 0x401012, end: jmp2, n_insns: 4 });
+            }
+        }
+        let mut batch = Tracer::new(cfg, Context::KERNEL64);
+        let mut single = Tracer::new(cfg, Context::KERNEL64);
+        let (mut fb, mut fs) = (UserFlow::default(), UserFlow::default());
+        fb.start(&mut batch);
+        fs.start(&mut single);
+        let (mut clock_b, mut clock_s) = (0u64, 0u64);
+        let mut no_signal = |_: u64| None;
+        let mut at = 0;
+        while at < blocks.len() {
+            let n = (1 + rng.below(8192) as usize).min(blocks.len() - at);
+            fb.run(&mut batch, &blocks[at..at + n], &mut clock_b);
+            for b in &blocks[at..at + n] {
+                clock_s += b.n_insns;
+                single.set_tsc(clock_s);
+                fs.block(&mut single, b.pc, b.end, &mut no_signal);
+            }
+            at += n;
+        }
+        fb.finish(&mut batch);
+        fs.finish(&mut single);
+        assert!(single.stats().psbs >= 5, "seed {seed}: PSB periods reached {}", single.stats().psbs);
+        let (a, b) = (batch.take_output(), single.take_output());
         assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
         assert_eq!(fb.stats(), fs.stats(), "seed {seed}");
         assert_eq!(batch.stats(), single.stats(), "seed {seed}");

@@ -481,16 +481,21 @@ impl Shared {
             ring.tail.store(head, Ordering::Release);
             return;
         };
+        let (from, n) = (tail % RING, head.wrapping_sub(tail).min(RING));
         // SAFETY: RING entries that are never freed; positions [tail, head) were written by the
         // owner before it published `head` (Acquire above), and it does not overwrite them
-        // before `tail` passes them (Release below, after they were read).
-        let all = unsafe { std::slice::from_raw_parts(entries as *const AtomicPtr<BlockInfo>, RING) };
-        let (from, n) = (tail % RING, head.wrapping_sub(tail).min(RING));
-        let (first, wrapped) = if from + n <= RING { (&all[from..from + n], &all[..0]) } else { (&all[from..], &all[..from + n - RING]) };
-        let last = wrapped.last().or(first.last());
+        // before `tail` passes them (Release below, after they were read). Each of them holds a
+        // leaked `&'static BlockInfo` (`on_block` and `try_append` store only those, never
+        // null), and an `AtomicPtr` has the representation of a pointer: the pending entries
+        // are read as plain slices of references (issue 13: no null test or atomic access per
+        // block in the model's loop).
+        let (first, wrapped): (&[&'static BlockInfo], &[&'static BlockInfo]) = unsafe {
+            let at = |i: usize, len: usize| std::slice::from_raw_parts(entries.add(i) as *const &'static BlockInfo, len);
+            if from + n <= RING { (at(from, n), &[]) } else { (at(from, RING - from), at(0, from + n - RING)) }
+        };
+        let last = wrapped.last().or(first.last()).copied();
         guarded("trace encoder", || {
-            // SAFETY: every entry is a leaked `&'static BlockInfo` (`translate`).
-            let blocks = first.iter().chain(wrapped).filter_map(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
+            let blocks = first.iter().chain(wrapped).copied();
             let mut no_signal = |_: u64| None;
             let mut icount = v.icount;
             // Loaded once per batch: a block recorded in the ring ran after its translation.
@@ -514,7 +519,10 @@ impl Shared {
                     }
                 }
                 // Without an internal buffer `pt_credit` has nothing to do.
-                ThreadTracer::Pt(t) => v.flow.run(t, blocks, &mut icount),
+                ThreadTracer::Pt(t) => {
+                    v.flow.run(t, first, &mut icount);
+                    v.flow.run(t, wrapped, &mut icount);
+                }
                 ThreadTracer::Rtit(r) if versions => {
                     for info in blocks {
                         self.code_point(thread, &mut v.code, &mut v.flow, info, icount, versions);
@@ -537,8 +545,8 @@ impl Shared {
                     }
                 }
             }
-            // SAFETY: as above; the last entry is the block that ran last.
-            v.code.prev = last.and_then(|e| unsafe { e.load(Ordering::Relaxed).as_ref() });
+            // The last entry is the block that ran last.
+            v.code.prev = last;
             v.icount = icount;
             self.hand_off(v);
         });
@@ -1187,7 +1195,10 @@ impl ThreadTracer {
 extern "C" fn on_block_exec<const TRUTH: bool>(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
     // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
     let info = unsafe { &*(info as *const BlockInfo) };
-    let Some(sh) = SHARED.get() else { return };
+    // SAFETY: only `Shared::translate` registers this callback, and it is reached only through
+    // SHARED (lib.rs, `on_translation_block_translate`): no block runs before SHARED is set, and
+    // it is never unset. (Issue 13: no test of the cell per block.)
+    let sh = unsafe { SHARED.get().unwrap_unchecked() };
     if !TRUTH && sh.try_append(vcpu, info) {
         return;
     }
@@ -1195,9 +1206,10 @@ extern "C" fn on_block_exec<const TRUTH: bool>(vcpu: VCPUIndex, info: *mut std::
 }
 
 /// Everything but the plain append (`Shared::try_append`): kept out of line so that the common
-/// case calls nothing and saves no registers.
+/// case calls nothing and saves no registers. `extern "C"` (cannot unwind, like the callback):
+/// the callback needs no unwind edge around the call, and reaches it by a tail jump.
 #[inline(never)]
-fn on_block_slow<const TRUTH: bool>(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo) {
+extern "C" fn on_block_slow<const TRUTH: bool>(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo) {
     sh.on_block::<TRUTH>(vcpu, info);
 }
 

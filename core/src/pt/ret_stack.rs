@@ -27,9 +27,13 @@ impl RetStack {
     /// A near CALL retired: remember its NLIP. The oldest entry is dropped when full.
     #[inline]
     pub fn push(&mut self, nlip: u64) {
-        self.entries[self.top] = nlip;
-        self.top = (self.top + 1) % RET_STACK_DEPTH;
-        self.len = (self.len + 1).min(RET_STACK_DEPTH);
+        // (`top` < RET_STACK_DEPTH always; the modulo lets the index go unchecked, and the
+        // new values are computed before the store, which could otherwise alias them.)
+        let top = self.top % RET_STACK_DEPTH;
+        let (next, len) = ((top + 1) % RET_STACK_DEPTH, (self.len + 1).min(RET_STACK_DEPTH));
+        self.entries[top] = nlip;
+        self.top = next;
+        self.len = len;
     }
 
     /// A near RET to `target` retired: if the top entry matches, pop it and return true
@@ -39,7 +43,7 @@ impl RetStack {
         if self.len == 0 {
             return false;
         }
-        let idx = (self.top + RET_STACK_DEPTH - 1) % RET_STACK_DEPTH;
+        let idx = self.top.wrapping_sub(1) % RET_STACK_DEPTH;
         if self.entries[idx] != target {
             return false;
         }

@@ -47,6 +47,23 @@ impl TntBuffer {
         }
     }
 
+    /// `push_if`, for a caller that writes a full packet itself: the byte of the short TNT of
+    /// six results. With the sentinel at bit 6 and the results below it, oldest highest, the
+    /// accumulator shifted left by one is that packet (SDM §33.4.2.1: bit 0 = 0, results in
+    /// bits 6:1 with the oldest in the highest, stop bit 7).
+    #[inline(always)]
+    pub fn push_if_short(&mut self, present: bool, taken: bool) -> Option<u8> {
+        let p = u8::from(present);
+        self.s = (self.s << p) | (u8::from(taken) & p);
+        if self.s >= FULL {
+            let byte = self.s << 1;
+            self.s = 1;
+            Some(byte)
+        } else {
+            None
+        }
+    }
+
     /// Take the pending results, oldest in the highest bit, if any.
     #[inline]
     pub fn take(&mut self) -> Option<(u8, u8)> {
@@ -109,6 +126,28 @@ mod tests {
         t.push(false);
         t.clear();
         assert_eq!(t.take(), None);
+    }
+
+    #[test]
+    fn short_packet_byte_equals_the_encoded_full_packet() {
+        // Every sequence of six results: the byte `push_if_short` gives is the encoder's short
+        // TNT of the (bits, count) `push_if` gives, and the same absent pushes change nothing.
+        for results in 0u8..64 {
+            let (mut a, mut b) = (TntBuffer::default(), TntBuffer::default());
+            for i in (0..6).rev() {
+                let taken = results >> i & 1 == 1;
+                assert_eq!(a.push_if_short(false, taken), None);
+                let full = b.push_if(true, taken);
+                let byte = a.push_if_short(true, taken);
+                assert_eq!(byte.is_some(), i == 0);
+                if let (Some((bits, count)), Some(byte)) = (full, byte) {
+                    let mut out = Vec::new();
+                    crate::pt::encode::push_tnt_short(u64::from(bits), count, &mut out);
+                    assert_eq!(out, [byte], "results {results:06b}");
+                }
+            }
+            assert_eq!((a.pending(), b.pending()), (0, 0));
+        }
     }
 
     #[test]

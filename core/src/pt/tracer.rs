@@ -59,6 +59,7 @@ use super::ret_stack::RetStack;
 use super::rtit_ctl::{AddrRange, RtitCtl};
 use super::tnt::{TntBuffer, SHORT_TNT_BITS};
 use crate::insn_class::{BranchKind, ClassifiedInsn, FarKind};
+use crate::user_flow::{BlockEnd, ExecutedBlock};
 
 /// TSC ticks per ART (crystal clock) tick: CPUID.15H reports EBX/EAX = ART_RATIO/1.
 pub const ART_RATIO: u64 = 128;
@@ -1387,6 +1388,82 @@ impl SteadyRun<'_> {
         self.resumes += 1;
         let full = self.tnt.push(true);
         Some(self.tnt_packet(full))
+    }
+
+    /// User mode (issue 13): the recorded blocks of `blocks`, oldest first, for as long as each
+    /// is reached from the one before along a fixed successor or by a RET that compresses
+    /// (`prev`: the end of the block that ran before the first): what `retired` does for each,
+    /// in one loop that keeps the run's state (pending TNT results, clock, counters) in
+    /// registers and dispatches on nothing but the two successor compares. `clock` advances by
+    /// the instruction count of each block that retired and `prev` becomes the last one's end.
+    /// Returns how many retired, and whether the PSB period was reached with the last of them
+    /// (end the run and call [`Tracer::psb_if_due`] with its address); without that, fewer than
+    /// all means the next block is for the general path.
+    #[inline(never)]
+    pub fn user_blocks<B: ExecutedBlock>(&mut self, prev: &mut &'static BlockEnd, blocks: &[B], clock: &mut u64) -> (usize, bool) {
+        let t = &mut *self.t;
+        // IA32_RTIT_CTL[11] DisRETC cannot change during a run.
+        let retc = !t.cfg.ctl.dis_retc();
+        // Room for every short TNT the loop can complete: at most one per six results (one
+        // result per block at most, fewer than six pending), and the run ends at the PSB room.
+        // The loop then stores its bytes without a capacity check or a call, and keeps its state
+        // in registers.
+        let most = self.psb_room.min((blocks.len() as u64 + 5) / 6) as usize;
+        t.out.reserve(most);
+        let spare = &mut t.out.spare_capacity_mut()[..most];
+        let (mut tnt, mut p, mut c) = (self.tnt, *prev, *clock);
+        let (mut written, mut rets) = (0usize, 0u64);
+        // Blocks retired so far: the loop ends at the first that does not (its predecessor
+        // does not explain it), at the end of `blocks` or with the PSB period reached.
+        let mut n = 0;
+        while let Some(b) = blocks.get(n) {
+            let pc = b.pc();
+            let d = &p.direct;
+            // A conditional branch: one TNT result, taken iff `pc` is not the NLIP; not
+            // explained if it is not the target either. Other fixed successors: a single one
+            // (`target` = `fall`), and a direct CALL's push. (One test of the class per block,
+            // then only what that class needs.)
+            let full = if d.conditional {
+                let taken = pc != d.fall;
+                if taken & (pc != d.target) {
+                    break;
+                }
+                tnt.push_if_short(true, taken)
+            } else if pc == d.target {
+                if d.push != 0 {
+                    t.ret.push(d.push);
+                }
+                None
+            } else if p.compressible_ret & retc && t.ret.try_compress(pc) {
+                rets += 1;
+                tnt.push_if_short(true, true)
+            } else {
+                break;
+            };
+            n += 1;
+            c += b.n_insns();
+            p = b.end();
+            if let Some(byte) = full {
+                spare[written].write(byte);
+                written += 1;
+                // (`most` is the PSB room or less.)
+                if written == most && written as u64 == self.psb_room {
+                    break;
+                }
+            }
+        }
+        // SAFETY: the first `written` bytes of the spare capacity were initialized above.
+        unsafe { t.out.set_len(t.out.len() + written) };
+        if let Some(last) = n.checked_sub(1) {
+            self.resume_ip = blocks[last].pc();
+        }
+        self.resumes += n as u64;
+        self.tnt = tnt;
+        self.tnt_packets += written as u64;
+        self.compressed_rets += rets;
+        self.psb_room -= written as u64;
+        (*prev, *clock) = (p, c);
+        (n, self.psb_room == 0)
     }
 
     /// A full short TNT (`full`, from the accumulator) goes out; false once the PSB period is
