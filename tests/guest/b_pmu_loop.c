@@ -4,36 +4,13 @@
  * .ALL_BRANCHES, event C4H umask 00H) counting at CPL 0 (SDM Vol. 3B §20.2). Prints
  * "BENCH pmu=<0/1> off=<cycles> counting=<cycles> insns=<FIXED_CTR0> branches=<PMC0>"; without
  * the plugin (no architectural PMU in CPUID.0AH) both phases run uncounted. */
-#include "pt.h"
+#include "bench_loop.h"
 
 #define IA32_PMC0             0xC1
 #define IA32_PERFEVTSEL0      0x186
 #define IA32_FIXED_CTR0       0x309
 #define IA32_FIXED_CTR_CTRL   0x38D
 #define IA32_PERF_GLOBAL_CTRL 0x38F
-
-static volatile uint64_t sink;
-
-__attribute__((noinline, noipa)) static uint64_t work(int n)
-{
-    uint64_t acc = 0;
-    for (int i = 0; i < n; i++) {
-        if ((i * 7) % 3 == 0)
-            acc += i;
-        else if (acc & 1)
-            acc ^= acc << 1;
-        else
-            acc = (acc >> 3) + i;
-    }
-    return acc;
-}
-
-static uint64_t timed(int n)
-{
-    uint64_t t0 = rdtsc();
-    sink = work(n);
-    return rdtsc() - t0;
-}
 
 void test_main(void)
 {

@@ -4,30 +4,7 @@
  * circular range), and with Intel PT on into a ToPA table (two 512 KiB regions and END back to
  * the table). Prints "BENCH off=<cycles> configured=<cycles> on=<cycles> topa=<cycles>
  * bytes=<trace bytes>"; without Intel PT (no plugin) the last three phases run untraced. */
-#include "pt.h"
-
-static volatile uint64_t sink;
-
-__attribute__((noinline, noipa)) static uint64_t work(int n)
-{
-    uint64_t acc = 0;
-    for (int i = 0; i < n; i++) {
-        if ((i * 7) % 3 == 0)
-            acc += i;
-        else if (acc & 1)
-            acc ^= acc << 1;
-        else
-            acc = (acc >> 3) + i;
-    }
-    return acc;
-}
-
-static uint64_t timed(int n)
-{
-    uint64_t t0 = rdtsc();
-    sink = work(n);
-    return rdtsc() - t0;
-}
+#include "bench_loop.h"
 
 void test_main(void)
 {
