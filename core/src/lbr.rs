@@ -102,6 +102,23 @@ pub trait BranchRecorder {
     fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool, clock: u64);
 }
 
+/// The near branch of class `kind` at `ip` (next sequential `nlip`) retired and execution
+/// continues at `next`: recorded if it was taken (a conditional branch to its own next
+/// instruction counts as taken), with the mispredict bit of the static predictor
+/// (`Retired::of`, the one behind BTS's predicted bit). Not-taken branches and non-branches
+/// leave the LBRs alone (SDM Vol. 3B §18.4.8: the LBRs hold taken branches).
+pub fn near_branch(rec: &mut dyn BranchRecorder, kind: BranchKind, ip: u64, nlip: u64, next: u64, cpl: u8, clock: u64) {
+    let taken = match kind {
+        BranchKind::None | BranchKind::AlwaysFaults => false,
+        BranchKind::Conditional { target } => next != nlip || target == nlip,
+        _ => true,
+    };
+    if taken {
+        let misp = crate::pmu::Retired::of(kind, ip, nlip, next).has(crate::pmu::Retired::MISP);
+        rec.record(Some(kind), ip, next, cpl, misp, clock);
+    }
+}
+
 impl BranchRecorder for LbrStack {
     fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool, clock: u64) {
         LbrStack::record(self, kind, from, to, cpl, mispredicted, clock)

@@ -30,7 +30,7 @@ use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits};
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
-use pttrace_core::lbr::{BranchRecorder, LbrStack};
+use pttrace_core::lbr::{self, BranchRecorder, LbrStack};
 use pttrace_core::pmu::{tally::RetirementTally, Pmu, PmuCaps, PmuProfile, Retired};
 use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect};
 use pttrace_core::pt::enable;
@@ -118,15 +118,7 @@ impl RetireSink for Retire<'_> {
     }
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
         if let Some(l) = self.lbr.as_deref_mut() {
-            let taken = match kind {
-                BranchKind::None | BranchKind::AlwaysFaults => false,
-                BranchKind::Conditional { target } => next != nlip || target == nlip,
-                _ => true,
-            };
-            if taken {
-                let misp = Retired::of(kind, ip, nlip, next).has(Retired::MISP);
-                l.record(Some(kind), ip, next, self.pt.context().cpl, misp, self.lbr_clock);
-            }
+            lbr::near_branch(l, kind, ip, nlip, next, self.pt.context().cpl, self.lbr_clock);
         }
         self.lbr_freeze_now();
         self.pt.branch(ip, nlip, kind, next);
@@ -233,18 +225,26 @@ impl Retire<'_> {
     }
 }
 
-/// The retirement events of blocks recorded while only the counters see blocks
+/// The retirement events of blocks recorded while only the counters and the LBRs see blocks
 /// (`Shared::run_recorded_counting`): instructions go to a tally added to the counters at the
-/// end of the run (`RetirementTally`); anything else (not expected in such a run: far
-/// transfers and events end it) commits the tally first and goes to `Retire`.
+/// end of the run (`RetirementTally`), taken near branches to the LBRs as they come; anything
+/// else (not expected in such a run: far transfers and events end it) commits the tally first
+/// and goes to `Retire`.
 struct CountingSink<'a> {
     inner: Retire<'a>,
     tally: RetirementTally,
     cpl: u8,
-    /// The last near branch, not yet reported to `inner`: with TraceEn = 0 and no LBR, BTS or
+    /// The last near branch, not yet reported to `inner`: with TraceEn = 0 and no BTS or
     /// RTIT (`record_budget`) a branch only sets the tracer's resume IP (`Tracer::branch`), so
     /// the last one of the run is the one that counts.
     branch: Option<(u64, u64, BranchKind, u64)>,
+    /// The LBRs while they record (kept here, not in `inner`, so that the deferred branch is
+    /// not recorded twice; lent to `inner` for the general events). No freeze can happen in the
+    /// run: no counter with INT overflows in it (`Pmu::blocks_before_pmi`).
+    lbr: Option<&'a mut dyn BranchRecorder>,
+    /// The core clock at the start of the block whose branch into it is reported next (see
+    /// `run_recorded_counting`).
+    lbr_clock: u64,
 }
 
 impl RetireSink for CountingSink<'_> {
@@ -252,11 +252,14 @@ impl RetireSink for CountingSink<'_> {
         self.inner.mode()
     }
     fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
+        if let Some(l) = self.lbr.as_deref_mut() {
+            lbr::near_branch(l, kind, ip, nlip, next, self.cpl, self.lbr_clock);
+        }
         self.branch = Some((ip, nlip, kind, next));
     }
     fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
         self.commit();
-        self.inner.far_transfer(ip, nlip, kind, next, to);
+        self.lend_lbr(|inner| inner.far_transfer(ip, nlip, kind, next, to));
         self.cpl = self.inner.pt.context().cpl;
     }
     fn mov_cr3(&mut self, next: u64, cr3: u64) {
@@ -266,12 +269,12 @@ impl RetireSink for CountingSink<'_> {
     }
     fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
         self.commit();
-        self.inner.software_interrupt(ip, nlip, handler, to);
+        self.lend_lbr(|inner| inner.software_interrupt(ip, nlip, handler, to));
         self.cpl = self.inner.pt.context().cpl;
     }
     fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
         self.commit();
-        self.inner.async_event(why, handler, to);
+        self.lend_lbr(|inner| inner.async_event(why, handler, to));
         self.cpl = self.inner.pt.context().cpl;
     }
     fn plain_retired(&mut self, n: u64, _last_ip: u64) {
@@ -282,7 +285,15 @@ impl RetireSink for CountingSink<'_> {
     }
 }
 
-impl CountingSink<'_> {
+impl<'a> CountingSink<'a> {
+    /// `f` reports to `inner` with the LBRs (at this block's clock); a freeze it causes sticks.
+    fn lend_lbr(&mut self, f: impl FnOnce(&mut Retire<'a>)) {
+        self.inner.lbr = self.lbr.take();
+        self.inner.lbr_clock = self.lbr_clock;
+        f(&mut self.inner);
+        self.lbr = self.inner.lbr.take();
+    }
+
     /// Add the tally to the counters, at the CPL it was counted at (a PMI it asks for is left
     /// pending for `take_pmi`).
     fn commit(&mut self) {
@@ -290,6 +301,29 @@ impl CountingSink<'_> {
             self.inner.branch(ip, nlip, kind, next);
         }
         self.tally.commit(self.inner.pmu, self.cpl);
+    }
+}
+
+/// The core clock across a run of recorded blocks (`Shared::run_recorded_counting`): it
+/// advances from `start` in proportion to the instructions retired (`per_insn`: clocks per
+/// instruction in 32.32 fixed point), of which the block before the run retired `before`.
+#[derive(Clone, Copy)]
+struct BatchClock {
+    start: u64,
+    per_insn: u128,
+    before: u64,
+}
+
+impl BatchClock {
+    /// `span` clocks from `start` over `total` instructions.
+    fn new(start: u64, span: u64, before: u64, total: u64) -> Self {
+        BatchClock { start, per_insn: (u128::from(span) << 32) / u128::from(total.max(1)), before }
+    }
+
+    /// The clock once `retired` of the instructions have retired.
+    #[inline]
+    fn at(&self, retired: u64) -> u64 {
+        self.start.wrapping_add((u128::from(retired) * self.per_insn >> 32) as u64)
     }
 }
 
@@ -413,6 +447,10 @@ struct Vcpu {
     pmi_prearmed: bool,
     /// The guest clock when cycles were last counted (None: not counting cycles).
     cycle_clock: Option<u64>,
+    /// The core clock when the block callback was last allowed to record with the LBRs on
+    /// (`with_vcpu`): where the clock of the recorded blocks' LBR records starts
+    /// (`run_recorded_counting`).
+    record_clock: u64,
     output: OutputUnit,
     /// Branch Trace Store (IA32_DEBUGCTL, IA32_DS_AREA).
     bts: BranchTraceStore,
@@ -748,6 +786,9 @@ impl Shared {
             f(self, v);
             if let Some(front) = front {
                 front.budget = self.record_budget(v, front.ring);
+                if front.budget != 0 && self.lbr_recording(v) {
+                    v.record_clock = self.core_clock(v);
+                }
                 front.after = v.after.filter(|&(step, _)| !step.ends);
                 front.slot = mode_slot(v.tracer.context().mode);
                 front.mtc = v.msrs.ctl.mtc_en();
@@ -782,7 +823,7 @@ impl Shared {
 
     /// Run `recs` through the model, oldest first (`may_store` as for `run_block`).
     fn run_recorded_all(&self, v: &mut Vcpu, recs: &[Recorded], may_store: bool) -> usize {
-        if !v.tracer.trace_en() && v.pmu.active() && !recs.is_empty() {
+        if !v.tracer.trace_en() && (v.pmu.active() || self.lbr_recording(v)) && !recs.is_empty() {
             self.run_recorded_counting(v, recs);
             return recs.len();
         }
@@ -879,6 +920,19 @@ impl Shared {
     fn run_recorded_counting(&self, v: &mut Vcpu, recs: &[Recorded]) {
         let (key, lma) = mode_key_and_lma(v.mode_regs);
         let cpl = v.tracer.context().cpl;
+        let lbr_on = self.lbr_recording(v);
+        // The LBR records' clock (CYC_CNT): the run model reads the clock once per block, at
+        // the block's start. Recorded blocks were not timed one by one; the clock is taken to
+        // advance in proportion to the instructions retired between the start of the block
+        // before the run (`Vcpu::record_clock`, read when recording began) and now.
+        let slot = mode_slot(v.tracer.context().mode);
+        let clocks = lbr_on.then(|| {
+            let now = self.core_clock(v);
+            let start = v.record_clock.min(now);
+            let before = v.after.map_or(0, |(step, _)| step.block.insns.len() as u64);
+            let total = before + recs.iter().map(|r| r.info.by_mode[slot].insns.len() as u64).sum::<u64>();
+            BatchClock::new(start, now - start, before, total)
+        });
         let mut sink = CountingSink {
             inner: Retire {
                 pt: &mut v.tracer,
@@ -894,12 +948,19 @@ impl Shared {
             tally: RetirementTally::default(),
             cpl,
             branch: None,
+            lbr: lbr_on.then(|| Self::lbr_unit(self.opts.arch_lbr, &mut v.lbr, &mut v.arch_lbr)),
+            lbr_clock: 0,
         };
         let mut delta = v.pc_delta;
+        let mut retired = clocks.map_or(0, |c| c.before);
         for r in recs {
             let info = r.info;
             delta = r.pc.wrapping_sub(info.pc);
             Self::prove_mode(&mut v.proven, info, key, lma);
+            if let Some(c) = clocks {
+                sink.lbr_clock = c.at(retired);
+                retired += info.by_mode[slot].insns.len() as u64;
+            }
             if !v.flow.steady_block(&mut sink, r.pc, &info.by_mode, delta, r.last_started) {
                 let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: info.modes, proven: v.proven, cached: sink.inner.pt.context().mode, cs_load: v.cs_load };
                 v.flow.block(&mut sink, r.pc, &info.by_mode, delta, r.last_started, &mut cpu);
@@ -975,7 +1036,6 @@ impl Shared {
             || v.exception_pending
             || v.bts.active()
             || v.pebs_steps
-            || self.lbr_recording(v)
             || v.rtit.as_ref().is_some_and(|r| r.trigger_en())
             || v.truth.is_some()
         {
@@ -987,13 +1047,16 @@ impl Shared {
                 // Event Trace reads RFLAGS.IF at every block entry (`run_block`).
                 || v.msrs.ctl.event_en()
                 || v.pmu.active()
+                || self.lbr_recording(v)
             {
                 return 0;
             }
             let held = v.tracer.output().len() as u64;
             v.output.quiet_room().saturating_sub(held) / MAX_BLOCK_BYTES
-        } else if v.pmu.active() {
-            // (Less 2: the block that just ran has not been counted yet.)
+        } else if v.pmu.active() || self.lbr_recording(v) {
+            // (Less 2: the block that just ran has not been counted yet.) The LBRs record the
+            // recorded blocks' taken branches when the model runs them, before anything can
+            // read the LBR MSRs, and no freeze (FREEZE_LBRS_ON_PMI) can fall among them.
             v.pmu.blocks_before_pmi(MAX_BLOCK_INSNS).saturating_sub(2)
         } else {
             return 0;
@@ -1074,6 +1137,7 @@ impl Shared {
             pebs_eventing: None,
             pebs_stats: [0; 3],
             cycle_clock: None,
+            record_clock: 0,
             output: OutputUnit::new(caps),
             bts: BranchTraceStore::new(self.opts.dtes64),
             rtit: self.opts.rtit.then(|| {
@@ -2666,8 +2730,9 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
     let drainer = crate::start_buffer(opts.buffer);
     // Recording blocks for the model to run later (issue 13) needs fixed scoreboards (the block
     // callback keeps a pointer to its `last_started` entry), the host TSC as the clock (a clock
-    // counting instructions must be read as each block starts), no drain model and no RTIT or
-    // PEBS (see `record_budget` for what is decided at run time). With ground truth the
+    // counting instructions must be read as each block starts), no drain model and no RTIT
+    // (see `record_budget` for what is decided at run time: PEBS counters bound a budget as
+    // interrupting ones do, `Pmu::blocks_before_pmi`). With ground truth the
     // per-instruction log runs the recorded blocks at once (`with_vcpu`), which is how the
     // guest tests check the recording's addresses against QEMU's.
     let may_record = max_vcpus <= 16
@@ -2675,7 +2740,6 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
         && host_tsc().is_some()
         && opts.buffer.is_none()
         && !opts.rtit
-        && !opts.pebs
         // PTTRACE_RECORD=0 (tests and measurements): the model runs at every block, as before.
         && std::env::var_os("PTTRACE_RECORD").is_none_or(|v| v != "0");
     let shared = Shared {

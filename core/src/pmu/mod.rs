@@ -816,19 +816,20 @@ impl Pmu {
     /// How many more blocks of at most `max_insns` instructions may retire, at any CPL, before
     /// a counter whose interrupt is enabled could overflow: the blocks an embedder may count in a
     /// batch, later, without moving a PMI to another block (issue 13). A block retires at most
-    /// `max_insns` instructions and so at most that many of any retirement event. 0 (count
-    /// every block as it runs) while PEBS is enabled on a counter (its record names an
-    /// instruction and is written at it) or a PMI is pending. Cycle counters advance with the
-    /// clock, not with blocks: one with INT counts in batches only while at least
-    /// `CYCLES_BATCH_MARGIN` cycles from overflow (perf stat's counters start 2^47 - 1 away);
-    /// closer, 0.
+    /// `max_insns` instructions and so at most that many of any retirement event. A counter
+    /// with PEBS is bounded the same way whether or not it has INT: its record is written at
+    /// the first event after its overflow (trap-like), which must not fall inside a batch. 0
+    /// (count every block as it runs) while a PEBS record is armed or due or a PMI is pending.
+    /// Cycle counters advance with the clock, not with blocks: one with INT or PEBS counts in
+    /// batches only while at least `CYCLES_BATCH_MARGIN` cycles from overflow (perf stat's
+    /// counters start 2^47 - 1 away); closer, 0.
     pub fn blocks_before_pmi(&self, max_insns: u64) -> u64 {
-        if self.pmi_pending || self.active.iter().any(|a| a.pebs) {
+        if self.pmi_pending || self.pebs_armed != 0 || self.pebs_fired != 0 {
             return 0;
         }
         let mask = self.caps.mask();
         let mut blocks = u64::MAX;
-        for a in self.active.iter().filter(|a| a.int) {
+        for a in self.active.iter().filter(|a| a.int || a.pebs) {
             let value = if a.bit >= 32 { self.fixed[usize::from(a.bit - 32)] } else { self.gp[usize::from(a.bit)] };
             // It overflows when more than `room` events are added.
             let room = mask - value;

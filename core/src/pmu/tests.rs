@@ -483,7 +483,7 @@ fn blocks_before_pmi_bounds_batches_so_that_no_interrupting_counter_overflows_in
 }
 
 #[test]
-fn blocks_before_pmi_is_unbounded_without_int_and_zero_with_pebs_or_a_near_cycle_counter() {
+fn blocks_before_pmi_is_unbounded_without_int_and_bounded_by_pebs_and_near_cycle_counters() {
     let mut p = skl();
     p.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN).unwrap();
     assert_eq!(p.blocks_before_pmi(512), u64::MAX, "no counter interrupts");
@@ -494,7 +494,14 @@ fn blocks_before_pmi_is_unbounded_without_int_and_zero_with_pebs_or_a_near_cycle
     p.write(IA32_A_PMC0 + 1, (1 << 48) - CYCLES_BATCH_MARGIN + 1).unwrap();
     assert_eq!(p.blocks_before_pmi(512), 0);
     p.write(IA32_PERFEVTSEL0 + 1, 0).unwrap();
-    // PEBS on a counter: every block counts as it runs.
+    // PEBS on PMC0 (no INT): bounded by its distance to overflow like an interrupting counter;
+    // once it overflowed, its record is armed (written at the next instruction): 0.
+    p.write(IA32_A_PMC0, (1 << 48) - 5000).unwrap();
     p.write(IA32_PEBS_ENABLE, 1).unwrap();
-    assert_eq!(p.blocks_before_pmi(512), 0);
+    assert_eq!(p.blocks_before_pmi(512), 4999 / 512);
+    p.retire(4999, Retired::PLAIN, 3);
+    assert_eq!(p.blocks_before_pmi(512), 0, "one event from overflow");
+    p.retire(1, Retired::PLAIN, 3);
+    assert_eq!(p.read(IA32_PMC0), Ok(0));
+    assert_eq!(p.blocks_before_pmi(512), 0, "overflowed: the PEBS record is armed");
 }
