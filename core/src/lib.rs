@@ -4,7 +4,6 @@ mod macros;
 /// The versioned code sideband code.img (issue 19).
 pub mod block_ring;
 pub mod model_placement;
-pub mod light_delay;
 pub mod code_img;
 pub mod cs_base;
 pub mod cs_cache;

@@ -36,13 +36,10 @@
 //! than needed get the conditional callback, never fewer.
 
 use crate::monotonic_ns;
-use pttrace_core::light_delay::LightDelay;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long a result fix-up pending outside IA-32e mode keeps the translations full (until the
-/// block after its instruction has surely run). The delay after the last vCPU stopped needing
-/// blocks adapts (`LightDelay`, from 500 ms to 8 s).
+/// How long every vCPU must have needed no blocks before the translations go light again.
 const LIGHT_AFTER: Duration = Duration::from_millis(500);
 
 /// 4096 page offsets, one bit each.
@@ -95,10 +92,6 @@ pub(crate) struct Instrumentation {
     flushes_fixup: AtomicU64,
     /// Blocks translated (each flush makes QEMU translate the working set again).
     translations: AtomicU64,
-    /// The light-switch delay after the last vCPU stopped needing blocks (`LightDelay`), and
-    /// its current value for `observe` to read without the lock.
-    light_delay: parking_lot::Mutex<LightDelay>,
-    light_after_ns: AtomicU64,
 }
 
 pub(crate) static INSTRUMENTATION: Instrumentation = Instrumentation {
@@ -116,8 +109,6 @@ pub(crate) static INSTRUMENTATION: Instrumentation = Instrumentation {
     flushes_full: AtomicU64::new(0),
     flushes_fixup: AtomicU64::new(0),
     translations: AtomicU64::new(0),
-    light_delay: parking_lot::Mutex::new(LightDelay::new()),
-    light_after_ns: AtomicU64::new(LightDelay::BASE_NS),
 };
 
 impl Instrumentation {
@@ -197,7 +188,7 @@ impl Instrumentation {
         let after = LIGHT_AFTER.as_nanos() as u64;
         self.legacy[(vcpu % 64) as usize].store(if legacy_fixup { now } else { 0 }, Ordering::Relaxed);
         if needs_blocks || legacy_fixup {
-            self.go_full(needs_blocks);
+            self.go_full();
             return;
         }
         let quiet = self.needs_blocks.load(Ordering::Relaxed) == 0;
@@ -211,23 +202,16 @@ impl Instrumentation {
         if self.legacy.iter().any(|t| recent(t.load(Ordering::Relaxed))) {
             return;
         }
-        let quiet_for = now.saturating_sub(self.quiet_since.load(Ordering::Relaxed));
-        if self.quiet_since.load(Ordering::Relaxed) == 0 || quiet_for >= self.light_after_ns.load(Ordering::Relaxed) {
+        if !recent(self.quiet_since.load(Ordering::Relaxed)) {
             self.full.store(false, Ordering::Relaxed);
-            self.light_delay.lock().went_light(now);
             self.switched(true);
             self.flushes_light.fetch_add(1, Ordering::Relaxed);
             self.reset();
         }
     }
 
-    /// `for_feature`: a vCPU needs to see blocks (not only a fix-up outside IA-32e mode).
-    fn go_full(&self, for_feature: bool) {
+    fn go_full(&self) {
         if !self.full.swap(true, Ordering::Relaxed) {
-            let mut delay = self.light_delay.lock();
-            delay.going_full(monotonic_ns(), for_feature);
-            self.light_after_ns.store(delay.delay_ns(), Ordering::Relaxed);
-            drop(delay);
             self.switched(false);
             self.flushes_full.fetch_add(1, Ordering::Relaxed);
             self.reset();
@@ -240,14 +224,13 @@ impl Instrumentation {
             self.switched(self.full());
             let (light, full, _) = *self.spent.lock();
             eprintln!(
-                "pttrace: instrumentation light {:.2} s, full {:.2} s (host time); {} flushes to light, {} to full, {} for result fix-ups; {} blocks translated; light after {} ms",
+                "pttrace: instrumentation light {:.2} s, full {:.2} s (host time); {} flushes to light, {} to full, {} for result fix-ups; {} blocks translated",
                 light.as_secs_f64(),
                 full.as_secs_f64(),
                 self.flushes_light.load(Ordering::Relaxed),
                 self.flushes_full.load(Ordering::Relaxed),
                 self.flushes_fixup.load(Ordering::Relaxed),
-                self.translations.load(Ordering::Relaxed),
-                self.light_after_ns.load(Ordering::Relaxed) / 1_000_000
+                self.translations.load(Ordering::Relaxed)
             );
         }
     }
