@@ -208,10 +208,16 @@ pscript=$(mktemp)
 cat >"$pscript" <<'GUEST'
 cd /tmp; perf record -q -e dummy:u -o d.data true >/dev/null 2>&1; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e instructions:upp -c 100003 -o p.data calls 10000000 >/dev/null 2>&1; t2=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "PEBSBENCH plain_ms=%d pebs_ms=%d\n", (b - a) * 1000, (c - b) * 1000 }'
 GUEST
+# A ten times longer workload, so that perf's own start-up (the dummy row) weighs less in the
+# ratio the issue sets (a workload under perf record -e intel_pt//u against the same without perf).
+llscript=$(mktemp)
+cat >"$llscript" <<'GUEST'
+cd /tmp; perf record -q -e dummy:u -o d.data true >/dev/null 2>&1; t0=$(cut -d' ' -f1 /proc/uptime); calls 100000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e intel_pt//u -o w.data calls 100000000 >/dev/null; t2=$(cut -d' ' -f1 /proc/uptime); perf record -q -e dummy:u -o d.data calls 100000000 >/dev/null 2>&1; t3=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" 'BEGIN { printf "LONGBENCH plain_ms=%d perf_ms=%d dummy_ms=%d\n", (b - a) * 1000, (c - b) * 1000, (d - c) * 1000 }'
+GUEST
 bscript=$(mktemp)
 echo true >"$bscript"
 bootmsg() { sed -n 's/.*guest reached \/init at \([0-9.]*\) s uptime.*/\1/p' | tail -1; }
-nb=() wb=() fb=() lp=() lw=() ld=() ls=() lb=() pp=() pb=() np0=() nd0=()
+nb=() wb=() fb=() lp=() lw=() ld=() ls=() lb=() pp=() pb=() np0=() nd0=() gp=() gw=() gd=()
 for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   nout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" 2>&1 | tr -d '\r')
   nb+=("$(bootmsg <<<"$nout")")
@@ -227,11 +233,15 @@ for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   ld+=("$(sed -n 's/^LINUXBENCH .*dummy_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   ls+=("$(sed -n 's/^LINUXBENCH .*stat_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   lb+=("$(sed -n 's/^LINUXBENCH .*lbr_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
+  gout=$(LINUX_GUEST_TIMEOUT=900 bash "$top/scripts/linux-guest/run.sh" "$llscript" -plugin "$plugin" 2>&1 | tr -d '\r')
+  gp+=("$(sed -n 's/^LONGBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$gout")")
+  gw+=("$(sed -n 's/^LONGBENCH .*perf_ms=\([0-9]*\).*/\1/p' <<<"$gout")")
+  gd+=("$(sed -n 's/^LONGBENCH .*dummy_ms=\([0-9]*\).*/\1/p' <<<"$gout")")
   pout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$pscript" -plugin "$plugin,pebs=1" 2>&1 | tr -d '\r')
   pp+=("$(sed -n 's/^PEBSBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$pout")")
   pb+=("$(sed -n 's/^PEBSBENCH .*pebs_ms=\([0-9]*\).*/\1/p' <<<"$pout")")
 done
-rm -f "$lscript" "$pscript" "$bscript"
+rm -f "$lscript" "$pscript" "$bscript" "$llscript"
 echo
 echo "Linux guest (Debian 6.1 kernel, 2 vCPUs; median of ${BENCH_LINUX_RUNS:-1}):"
 echo "  boot to /init, no plugin:                $(m "${nb[@]}") s uptime"
@@ -241,6 +251,7 @@ echo "  calls 10000000 (guest /proc/uptime):     $(m "${lp[@]}") ms"
 echo "  the same under perf record -e intel_pt//u:$(m "${lw[@]}") ms ($(r "$(m "${lw[@]}")" "$(m "${lp[@]}")"))"
 echo "  the same under perf record -e dummy:u:    $(m "${ld[@]}") ms ($(r "$(m "${ld[@]}")" "$(m "${lp[@]}")"): perf's own start-up and write, nothing traced)"
 echo "  without the plugin: calls $(m "${np0[@]}") ms, under perf record -e dummy:u $(m "${nd0[@]}") ms ($(r "$(m "${nd0[@]}")" "$(m "${np0[@]}")"): perf's start-up in this TCG guest, the floor of the perf rows)"
+echo "  calls 100000000: $(m "${gp[@]}") ms; under perf record -e intel_pt//u $(m "${gw[@]}") ms ($(r "$(m "${gw[@]}")" "$(m "${gp[@]}")")); under -e dummy:u $(m "${gd[@]}") ms ($(r "$(m "${gd[@]}")" "$(m "${gp[@]}")"))"
 echo "  counting, perf stat -e instructions:u,branches:u: $(m "${ls[@]}") ms ($(r "$(m "${ls[@]}")" "$(m "${lp[@]}")"))"
 echo "  LBR sampling, perf record -b -e instructions:u -c 100003: $(m "${lb[@]}") ms ($(r "$(m "${lb[@]}")" "$(m "${lp[@]}")"))"
 echo "  PEBS boot (pebs=1): calls 10000000 $(m "${pp[@]}") ms; perf record -e instructions:upp -c 100003: $(m "${pb[@]}") ms ($(r "$(m "${pb[@]}")" "$(m "${pp[@]}")"))"
