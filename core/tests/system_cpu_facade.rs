@@ -5,12 +5,16 @@
 //! WRMSR (`system_cpu::wrmsr`): which unit a write reaches, the #GP(0) of a refused write with
 //! the guest's registers to restore, the TraceEn 0 -> 1 and 1 -> 0 sequences with the output unit
 //! started and flushed, the PMU counting the instructions before a WRMSR under the old
-//! configuration, and MSRs left to the emulator. RDPMC (`system_cpu::rdpmc`): the #UD QEMU
-//! delivers undone and the instruction completed from the PMU, or re-delivered as #GP(0).
+//! configuration, and MSRs left to the emulator. RDMSR (`system_cpu::rdmsr`): the #GP(0) decided
+//! before the read, the counting before a PMU read, the unit's value in EDX:EAX after it (with
+//! the output stored first), IA32_MISC_ENABLE's BTS/PEBS bits over QEMU's. RDPMC
+//! (`system_cpu::rdpmc`): the #UD QEMU delivers undone and the instruction completed from the
+//! PMU, or re-delivered as #GP(0).
 
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::bts::BranchTraceStore;
 use pttrace_core::guest_mem::SparseMemory;
+use pttrace_core::insn_class::BranchKind;
 use pttrace_core::lbr::LbrStack;
 use pttrace_core::msr_map::{MsrMap, UnitWrite};
 use pttrace_core::pmu::{Pmu, PmuCaps};
@@ -21,9 +25,10 @@ use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
+use pttrace_core::system_cpu::rdmsr::{self, Fixup, Rdmsr};
 use pttrace_core::system_cpu::rdpmc::{self, Rdpmc};
 use pttrace_core::system_cpu::wrmsr::{wrmsr, Wrmsr};
-use pttrace_core::system_cpu::{GuestPort, Reg, SystemCpu};
+use pttrace_core::system_cpu::{GuestPort, MsrInsn, Reg, SystemCpu};
 
 const IA32_APIC_BASE: u32 = 0x1B;
 const IA32_EFER: u32 = 0xC000_0080;
@@ -45,8 +50,8 @@ const RANGE: u64 = 0x10000;
 /// What the facade asked of the guest, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Call {
-    /// #GP(0) with these RCX, RDX for the handler.
-    Gp { rcx: u64, rdx: u64 },
+    /// #GP(0) at `insn` with these RCX, RDX for the handler.
+    Gp { insn: MsrInsn, rcx: u64, rdx: u64 },
     Pmi,
     ApicBase(u64),
     /// `count_to(ip)`, with IA32_PERF_GLOBAL_CTRL as the PMU held it at that moment.
@@ -166,8 +171,8 @@ impl GuestPort for Fake {
     fn guest_tsc(&mut self) -> u64 {
         1_000_000
     }
-    fn raise_gp(&mut self, rcx: u64, rdx: u64) {
-        self.calls.push(Call::Gp { rcx, rdx });
+    fn raise_gp(&mut self, insn: MsrInsn, rcx: u64, rdx: u64) {
+        self.calls.push(Call::Gp { insn, rcx, rdx });
     }
     fn deliver_pmi(&mut self) {
         self.calls.push(Call::Pmi);
@@ -223,7 +228,7 @@ fn a_reserved_rtit_ctl_bit_raises_gp_with_the_guests_rcx_and_rdx_to_restore() {
     // IA32_RTIT_CTL[63] is reserved (SDM Vol. 3C §33.2.8.2): EDX = 8000_0000H.
     let effect = f.wrmsr(&map, IA32_RTIT_CTL, (1 << 63) | CTL_TRACE_OS_BRANCHES, 0x2000);
     assert_eq!(effect, Wrmsr::Gp);
-    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { rcx: u64::from(IA32_RTIT_CTL), rdx: 0x8000_0000 }]);
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { insn: MsrInsn::Wrmsr, rcx: u64::from(IA32_RTIT_CTL), rdx: 0x8000_0000 }]);
     assert_eq!(f.msrs.read(IA32_RTIT_CTL, &map.caps), Ok(0), "nothing changed");
     assert!(!f.tracer.trace_en() && !f.output_active);
     assert!(f.stored.is_empty() && f.tracer.output().is_empty(), "no packets");
@@ -304,7 +309,7 @@ fn a_pmu_write_counts_the_instructions_before_it_under_the_old_configuration() {
         vec![
             Call::StoreHeld,
             Call::CountTo { ip: 0x106, global_ctrl: 1 << 32 },
-            Call::Gp { rcx: u64::from(IA32_PERF_GLOBAL_STATUS), rdx: 0 },
+            Call::Gp { insn: MsrInsn::Wrmsr, rcx: u64::from(IA32_PERF_GLOBAL_STATUS), rdx: 0 },
             Call::CountCycles
         ]
     );
@@ -333,14 +338,133 @@ fn atom_rtit_takes_its_msrs_and_faults_intel_pts_on_silvermont() {
     // Seed 002: RTIT_CTL is written only after it was read; the refused write raises #GP(0) and
     // the output step still follows.
     assert_eq!(f.wrmsr(&map, RTIT_CTL_ATOM, 0, 0x600), Wrmsr::Gp);
-    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { rcx: u64::from(RTIT_CTL_ATOM), rdx: 0 }, Call::Drain]);
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { insn: MsrInsn::Wrmsr, rcx: u64::from(RTIT_CTL_ATOM), rdx: 0 }, Call::Drain]);
     f.calls.clear();
     f.rtit.as_ref().unwrap().try_rdmsr(RTIT_CTL_ATOM).unwrap();
     assert_eq!(f.wrmsr(&map, RTIT_CTL_ATOM, 0, 0x602), Wrmsr::Rtit);
     assert_eq!(f.calls, vec![Call::StoreHeld, Call::Drain]);
     f.calls.clear();
     assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, CTL_TRACE_OS_BRANCHES, 0x602), Wrmsr::Gp, "no Intel PT on Silvermont");
-    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { rcx: u64::from(IA32_RTIT_CTL), rdx: 0 }]);
+    assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { insn: MsrInsn::Wrmsr, rcx: u64::from(IA32_RTIT_CTL), rdx: 0 }]);
+}
+
+// RDMSR ------------------------------------------------------------------------------------------
+
+const IA32_RTIT_CR3_MATCH: u32 = 0x572;
+const IA32_MISC_ENABLE: u32 = 0x1A0;
+/// MSR_LBR_TOS (model-specific LBR stack).
+const MSR_LBR_TOS: u32 = 0x1C9;
+
+impl Fake {
+    /// RDMSR of `index` at `ip` decided; RDX holds `rdx` (the guest's, restored with a #GP).
+    fn rdmsr(&mut self, map: &MsrMap, index: u32, rdx: u64, ip: u64) -> Rdmsr {
+        self.regs[Reg::Rcx as usize] = 0xFFFF_FFFF_0000_0000 | u64::from(index); // RCX[63:32] is ignored
+        self.regs[Reg::Rdx as usize] = rdx;
+        rdmsr::rdmsr(self, map, ip)
+    }
+
+    /// QEMU executed the RDMSR with this answer; then the facade's fix-up.
+    fn rdmsr_executed(&mut self, map: &MsrMap, fixup: Fixup, qemu: u64) -> Option<u64> {
+        self.regs[Reg::Rax as usize] = qemu & 0xFFFF_FFFF;
+        self.regs[Reg::Rdx as usize] = qemu >> 32;
+        rdmsr::complete(self, map, fixup)
+    }
+}
+
+#[test]
+fn rdmsr_of_msrs_the_profile_lacks_raises_gp_before_executing_with_rcx_and_rdx_to_restore() {
+    // IA32_RTIT_CR3_MATCH without CPUID.(14H,0):EBX[0] CR3 filtering (SDM §33.2.8.6); an
+    // IA32_RTIT_* index on Silvermont (Atom RTIT instead of Intel PT); MSR_LBR_TOS on a part with
+    // Arch LBR.
+    let minimal = MsrMap { caps: PtCaps::MINIMAL, rtit: false, bts: true, pebs_data_cfg: false, arch_lbr: false };
+    let silvermont = MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false, arch_lbr: false };
+    let arch_lbr = MsrMap { caps: PtCaps::SAPPHIRE_RAPIDS, arch_lbr: true, ..skylake() };
+    for (map, index) in [(minimal, IA32_RTIT_CR3_MATCH), (silvermont, IA32_RTIT_CTL), (arch_lbr, MSR_LBR_TOS)] {
+        let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+        assert_eq!(f.rdmsr(&map, index, 0x1234, 0x700), Rdmsr::Gp, "{index:#x}");
+        assert_eq!(f.calls, vec![Call::Gp { insn: MsrInsn::Rdmsr, rcx: 0xFFFF_FFFF_0000_0000 | u64::from(index), rdx: 0x1234 }]);
+        assert!(f.reg_writes.is_empty(), "{index:#x}: no result");
+    }
+    // The same indices present: no #GP, the model answers.
+    let mut f = Fake::new(PtCaps::SKYLAKE, PmuCaps::SKYLAKE);
+    assert_eq!(f.rdmsr(&skylake(), IA32_RTIT_CR3_MATCH, 0, 0x700), Rdmsr::Fixup(Fixup::Owned(IA32_RTIT_CR3_MATCH)));
+    assert_eq!(f.rdmsr(&skylake(), MSR_LBR_TOS, 0, 0x700), Rdmsr::Fixup(Fixup::Owned(MSR_LBR_TOS)));
+    assert!(f.calls.is_empty());
+}
+
+#[test]
+fn rdmsr_of_output_mask_ptrs_while_tracing_returns_the_offset_after_every_byte_generated() {
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    with_range(&mut f, &map);
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, CTL_TRACE_OS_BRANCHES, 0x1000), Wrmsr::Pt(WriteEffect::TraceEnabled));
+    let at_enable = f.stored.len();
+    // An indirect JMP: a TIP generated and held back (not in the range yet).
+    f.tracer.branch(0x1010, 0x1012, BranchKind::IndirectJump, 0x2345);
+    let held = f.tracer.output().len();
+    assert!(held > 0);
+    f.calls.clear();
+    let fixup = match f.rdmsr(&map, IA32_RTIT_OUTPUT_MASK_PTRS, 0, 0x2000) {
+        Rdmsr::Fixup(fixup) => fixup,
+        other => panic!("{other:?}"),
+    };
+    assert!(f.calls.is_empty(), "nothing before QEMU's read: {:?}", f.calls);
+    // TCG reads an MSR it does not know as 0.
+    let value = f.rdmsr_executed(&map, fixup, 0);
+    assert_eq!(f.calls, vec![Call::StoreHeld]);
+    assert_eq!(f.stored.len(), at_enable + held);
+    assert_eq!(f.mem.bytes(RANGE, f.stored.len()), f.stored);
+    // [63:32] OutputOffset: every byte generated; [31:7] MaskOrTableOffset and [6:0] as written.
+    let expected = ((at_enable + held) as u64) << 32 | 0xFFF;
+    assert_eq!(value, Some(expected));
+    assert_eq!(f.reg_writes, vec![(Reg::Rax, 0xFFF), (Reg::Rdx, (at_enable + held) as u64)]);
+}
+
+#[test]
+fn rdmsr_of_a_counter_counts_the_instructions_before_it_and_returns_the_counter_in_edx_eax() {
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    // IA32_PMC0 written as 32 bits, sign-extended to 48 (SDM Vol. 3B §20.2.6).
+    f.pmu.write(IA32_PMC0, 0x8000_0010).unwrap();
+    let fixup = match f.rdmsr(&map, IA32_PMC0, 0, 0x800) {
+        Rdmsr::Fixup(fixup) => fixup,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(f.calls, vec![Call::CountTo { ip: 0x800, global_ctrl: f.pmu.read(IA32_PERF_GLOBAL_CTRL).unwrap() }]);
+    assert_eq!(f.rdmsr_executed(&map, fixup, 0), Some(0xFFFF_8000_0010));
+    assert_eq!(f.reg_writes, vec![(Reg::Rax, 0x8000_0010), (Reg::Rdx, 0xFFFF)]);
+}
+
+#[test]
+fn rdmsr_of_misc_enable_keeps_qemus_bits_and_reports_bts_and_pebs_as_the_profile_has_them() {
+    // QEMU's value with IA32_MISC_ENABLE[11] BTS Unavailable and [12] PEBS Unavailable set, and
+    // other bits (fast strings [0], TCC [3], perfmon [7], ..., [34] XD disable).
+    let qemu = 0x4_0000_1889;
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    assert_eq!(f.rdmsr(&map, IA32_MISC_ENABLE, 0, 0x900), Rdmsr::Fixup(Fixup::MiscEnable));
+    assert!(f.calls.is_empty());
+    assert_eq!(f.rdmsr_executed(&map, Fixup::MiscEnable, qemu), Some(0x4_0000_0089), "BTS and PEBS available");
+    assert_eq!(f.reg_writes, vec![(Reg::Rax, 0x89), (Reg::Rdx, 0x4)]);
+    // A PMU without PEBS (Silvermont's): [12] set; QEMU's [11] cleared (the Debug Store exists).
+    let mut f = Fake::new(map.caps, PmuCaps::SILVERMONT);
+    assert_eq!(f.rdmsr_executed(&map, Fixup::MiscEnable, 0x4_0000_0889), Some(0x4_0000_1089));
+    assert!(f.calls.is_empty(), "no output step, no counting: {:?}", f.calls);
+    // Without the Debug Store (bts=0) the MSR is QEMU's alone.
+    let no_ds = MsrMap { bts: false, ..skylake() };
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    assert_eq!(f.rdmsr(&no_ds, IA32_MISC_ENABLE, 0, 0x900), Rdmsr::Qemu);
+    assert!(f.calls.is_empty() && f.reg_writes.is_empty());
+}
+
+#[test]
+fn rdmsr_of_an_msr_qemu_owns_is_left_to_qemu() {
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    for index in [IA32_EFER, IA32_APIC_BASE, RTIT_CTL_ATOM] {
+        assert_eq!(f.rdmsr(&map, index, 0, 0xA00), Rdmsr::Qemu, "{index:#x}");
+    }
+    assert!(f.calls.is_empty() && f.reg_writes.is_empty());
 }
 
 // RDPMC ------------------------------------------------------------------------------------------

@@ -21,25 +21,25 @@ use crate::{fail, guarded};
 use pttrace_core::block_ring::BlockRing;
 use pttrace_core::vcpu_cell::VcpuCell;
 use pttrace_core::bts::pebs::{self, PebsFormat, PebsOutcome, PebsState};
-use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, DsFormat, IA32_MISC_ENABLE};
+use pttrace_core::bts::{BranchTraceStore, DsFormat};
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::cs_base;
 use pttrace_core::cs_cache::{self, CsLoad};
 use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
-use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits};
+use pttrace_core::msr_map::MsrMap;
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::lbr::{BranchRecorder, LbrStack};
 use pttrace_core::pmu::{tally::RetirementTally, Pmu, PmuCaps, PmuProfile, Retired};
-use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect};
+use pttrace_core::pt::msr::{RtitMsrs, WriteEffect};
 use pttrace_core::pt::enable;
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
-use pttrace_core::system_cpu::{self, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, Reg, SystemCpu};
+use pttrace_core::system_cpu::{self, rdmsr::Rdmsr, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, MsrInsn, Reg, SystemCpu};
 use pttrace_core::system_flow::{mode_slot, pick_successor, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
@@ -371,10 +371,8 @@ impl BlockInfo {
 struct Pending {
     /// CPUID (leaf, subleaf) whose result registers must be rewritten.
     cpuid: Option<(u32, u32)>,
-    /// RDMSR index whose EDX:EAX must be replaced.
-    rdmsr: Option<u32>,
-    /// RDMSR of IA32_MISC_ENABLE: QEMU's value gets the BTS/PEBS-unavailable bits.
-    misc_enable: bool,
+    /// RDMSR whose EDX:EAX must be replaced (`pttrace_core::system_cpu::rdmsr`).
+    rdmsr: Option<system_cpu::rdmsr::Fixup>,
     /// Guest RCX/RDX to restore after a steered (faulting) WRMSR.
     gp_restore: Option<(u64, u64)>,
     /// RDPMC about to execute (address, length): QEMU's TCG raises #UD for it.
@@ -388,7 +386,7 @@ impl Pending {
     /// Something `apply_pending` handles is waiting.
     #[inline]
     fn any(&self) -> bool {
-        self.cpuid.is_some() || self.rdmsr.is_some() || self.misc_enable || self.rdtsc.is_some()
+        self.cpuid.is_some() || self.rdmsr.is_some() || self.rdtsc.is_some()
     }
 }
 
@@ -1014,7 +1012,6 @@ impl Shared {
         let needed = sees_blocks
             || p.cpuid.is_some()
             || p.rdmsr.is_some()
-            || p.misc_enable
             || p.rdtsc.is_some();
         if !needed {
             // Blocks run unseen from now on: the next one seen cannot follow from this one.
@@ -2008,11 +2005,6 @@ impl Shared {
         }
     }
 
-    /// IA32_RTIT_STATUS and the output pointers as hardware shows them right now.
-    fn sync_status(&self, v: &mut Vcpu) {
-        v.msrs.read_back(&v.tracer, &v.output, &self.opts.caps);
-    }
-
     /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] and a PMI through the
     /// local APIC's performance-counter LVT, as a performance-monitoring overflow would.
     fn raise_topa_pmi(&self, v: &mut Vcpu) {
@@ -2057,21 +2049,8 @@ impl Shared {
                 self.tsc_offset_known.store(true, Ordering::Relaxed);
             }
         }
-        if std::mem::take(&mut v.pending.misc_enable) {
-            let native = (v.regs.get("rdx").unwrap_or(0) << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
-            let value = misc_enable_read(native, true, v.pmu.caps().pebs_format.is_some());
-            v.regs.set("rax", value & 0xFFFF_FFFF);
-            v.regs.set("rdx", value >> 32);
-        }
-        if let Some(index) = v.pending.rdmsr.take() {
-            // The output pointers and STATUS show every byte generated so far.
-            self.store_held(v);
-            self.sync_status(v);
-            let value = self.read_msr(v, index);
-            if let Ok(value) = value {
-                v.regs.set("rax", value & 0xFFFF_FFFF);
-                v.regs.set("rdx", value >> 32);
-            }
+        if let Some(fixup) = v.pending.rdmsr.take() {
+            system_cpu::rdmsr::complete(&mut QemuPort::new(self, v), &self.msr_map(), fixup);
         }
     }
 
@@ -2119,22 +2098,10 @@ impl Shared {
                 v.pending.cpuid = Some((leaf, sub));
             }
             SystemOp::Rdmsr => {
-                let index = v.regs.get("rcx").unwrap_or(0) as u32;
-                if self.msr_map().unit(index) == MsrUnit::Pmu {
-                    self.count_to(v, ip);
-                }
-                if self.msr_map().owns(index) {
-                    if self.read_msr(v, index).is_err() {
-                        // #GP(0) at this RDMSR: steer it to an MSR QEMU faults on; ECX comes
-                        // back when the exception is delivered (`on_discon`).
-                        let (rcx, rdx) = (v.regs.get("rcx").unwrap_or(0), v.regs.get("rdx").unwrap_or(0));
-                        v.pending.gp_restore = Some((rcx, rdx));
-                        v.regs.set("rcx", MSR_X2APIC_DFR);
-                    } else {
-                        v.pending.rdmsr = Some(index);
-                    }
-                } else if index == IA32_MISC_ENABLE && self.opts.bts {
-                    v.pending.misc_enable = true;
+                // The facade decides (`pttrace_core::system_cpu::rdmsr`); the result is fixed up
+                // after the instruction (`apply_pending`).
+                if let Rdmsr::Fixup(fixup) = system_cpu::rdmsr::rdmsr(&mut QemuPort::new(self, v), &self.msr_map(), ip) {
+                    v.pending.rdmsr = Some(fixup);
                 }
             }
             SystemOp::Wrmsr => self.wrmsr(v, ip, ip + len),
@@ -2184,12 +2151,6 @@ impl Shared {
         MsrMap { caps: self.opts.caps, rtit: self.opts.rtit, bts: self.opts.bts, pebs_data_cfg: self.opts.pmu == PmuProfile::Icelake, arch_lbr: self.opts.arch_lbr }
     }
 
-    /// RDMSR of an owned MSR: its value, or the #GP(0) hardware raises.
-    fn read_msr(&self, v: &Vcpu, index: u32) -> Result<u64, Fault> {
-        let units = MsrUnits { pmu: &v.pmu, lbr: &v.lbr, arch_lbr: &v.arch_lbr, bts: &v.bts, rtit: v.rtit.as_ref(), pt: &v.msrs };
-        units.rdmsr(&self.msr_map(), index)
-    }
-
     /// WRMSR about to execute: the facade decides (`pttrace_core::system_cpu::wrmsr`), the
     /// plugin's `QemuPort` carries out what only QEMU can.
     fn wrmsr(&self, v: &mut Vcpu, ip: u64, nlip: u64) {
@@ -2207,12 +2168,20 @@ impl Shared {
         system_cpu::rdpmc::complete(&mut QemuPort::new(self, v), resume)
     }
 
-    /// Make QEMU raise #GP(0) at the WRMSR about to execute: IA32_APIC_BASE with reserved bits
-    /// set. The guest's RCX/RDX come back when the exception is delivered (`on_discon`).
-    fn raise_gp(v: &mut Vcpu, rcx: u64, rdx: u64) {
+    /// Make QEMU raise #GP(0) at the RDMSR or WRMSR about to execute: RDMSR of an MSR QEMU
+    /// faults on, WRMSR of IA32_APIC_BASE with reserved bits set. The guest's RCX/RDX come back
+    /// when the exception is delivered (`on_discon`).
+    fn raise_gp(v: &mut Vcpu, insn: MsrInsn, rcx: u64, rdx: u64) {
         v.pending.gp_restore = Some((rcx, rdx));
-        v.regs.set("rcx", MSR_IA32_APIC_BASE);
-        v.regs.set("rdx", 0xFFFF_FFFF);
+        match insn {
+            MsrInsn::Rdmsr => {
+                v.regs.set("rcx", MSR_X2APIC_DFR);
+            }
+            MsrInsn::Wrmsr => {
+                v.regs.set("rcx", MSR_IA32_APIC_BASE);
+                v.regs.set("rdx", 0xFFFF_FFFF);
+            }
+        }
     }
 
     /// LGDT / LIDT m16&64 (or m16&32): the table base they load (GDTR.base for reading CS
@@ -2499,8 +2468,8 @@ impl GuestPort for QemuPort<'_> {
         self.sh.core_clock(self.v)
     }
 
-    fn raise_gp(&mut self, rcx: u64, rdx: u64) {
-        Shared::raise_gp(self.v, rcx, rdx);
+    fn raise_gp(&mut self, insn: MsrInsn, rcx: u64, rdx: u64) {
+        Shared::raise_gp(self.v, insn, rcx, rdx);
     }
 
     fn deliver_pmi(&mut self) {

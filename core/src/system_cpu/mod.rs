@@ -7,9 +7,12 @@
 //! a small trait, [`GuestPort`]; the plugin implements it with QEMU calls, the tests with a fake.
 //!
 //! - [`wrmsr`]: WRMSR (SDM Vol. 4 MSR map; Vol. 3C §33.2.8 IA32_RTIT_CTL, Vol. 3B §20.2 PMU).
+//! - [`rdmsr`]: RDMSR: the decision before it executes (the model's MSR, #GP(0)) and EDX:EAX
+//!   replaced after it.
 //! - [`rdpmc`]: RDPMC, which QEMU's TCG does not implement (it raises #UD): completed from the
 //!   PMU, or re-delivered as the #GP(0) hardware raises.
 
+pub mod rdmsr;
 pub mod rdpmc;
 pub mod wrmsr;
 
@@ -65,6 +68,13 @@ pub enum Reg {
     Efer,
 }
 
+/// The instruction a #GP(0) is raised at (an emulator may make each fault its own way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsrInsn {
+    Rdmsr,
+    Wrmsr,
+}
+
 /// What the facade needs from the emulator around one instruction of the guest.
 pub trait GuestPort {
     type Mem: GuestMemory;
@@ -93,9 +103,9 @@ pub trait GuestPort {
 
     // What the guest sees happen.
 
-    /// The instruction about to execute raises #GP(0) instead of executing, and the handler sees
+    /// The `insn` about to execute raises #GP(0) instead of executing, and the handler sees
     /// RCX = `rcx` and RDX = `rdx` (the guest's values at the instruction).
-    fn raise_gp(&mut self, rcx: u64, rdx: u64);
+    fn raise_gp(&mut self, insn: MsrInsn, rcx: u64, rdx: u64);
     /// A PMI through the local APIC's LVT performance-counter entry (SDM §20.6.3).
     fn deliver_pmi(&mut self);
     /// IA32_APIC_BASE was written with `value` (the emulator executes the WRMSR): trace output
