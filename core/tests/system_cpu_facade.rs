@@ -9,14 +9,17 @@
 //! before the read, the counting before a PMU read, the unit's value in EDX:EAX after it (with
 //! the output stored first), IA32_MISC_ENABLE's BTS/PEBS bits over QEMU's. RDPMC
 //! (`system_cpu::rdpmc`): the #UD QEMU delivers undone and the instruction completed from the
-//! PMU, or re-delivered as #GP(0).
+//! PMU, or re-delivered as #GP(0). CPUID (`system_cpu::cpuid`): the registers QEMU answered
+//! differently from the profile rewritten, the others left.
 
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::bts::BranchTraceStore;
+use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
 use pttrace_core::guest_mem::SparseMemory;
 use pttrace_core::insn_class::BranchKind;
 use pttrace_core::lbr::LbrStack;
 use pttrace_core::msr_map::{MsrMap, UnitWrite};
+use pttrace_core::options::SystemOptions;
 use pttrace_core::pmu::{Pmu, PmuCaps};
 use pttrace_core::pt::caps::PtCaps;
 use pttrace_core::pt::enable::store_packets;
@@ -25,6 +28,7 @@ use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
+use pttrace_core::system_cpu::cpuid;
 use pttrace_core::system_cpu::rdmsr::{self, Fixup, Rdmsr};
 use pttrace_core::system_cpu::rdpmc::{self, Rdpmc};
 use pttrace_core::system_cpu::wrmsr::{wrmsr, Wrmsr};
@@ -73,8 +77,9 @@ struct Fake {
     bts: BranchTraceStore,
     rtit: Option<RtitTracer>,
     mem: SparseMemory,
+    native_leaves: NativeLeaves,
     /// Indexed by `Reg as usize`.
-    regs: [u64; 11],
+    regs: [u64; 12],
     /// Every register write, in order.
     reg_writes: Vec<(Reg, u64)>,
     idt_base: Option<u64>,
@@ -100,7 +105,8 @@ impl Fake {
             bts: BranchTraceStore::new(true),
             rtit: None,
             mem,
-            regs: [0; 11],
+            native_leaves: NativeLeaves::default(),
+            regs: [0; 12],
             reg_writes: Vec::new(),
             idt_base: None,
             ctx: Context { cpl: 0, cr3: 0x5000, mode: ExecMode::Bit64 },
@@ -146,6 +152,7 @@ impl GuestPort for Fake {
             bts: &mut self.bts,
             rtit: self.rtit.as_mut(),
             mem: &mut self.mem,
+            native_leaves: &mut self.native_leaves,
         }
     }
     fn reg(&mut self, reg: Reg) -> u64 {
@@ -465,6 +472,79 @@ fn rdmsr_of_an_msr_qemu_owns_is_left_to_qemu() {
         assert_eq!(f.rdmsr(&map, index, 0, 0xA00), Rdmsr::Qemu, "{index:#x}");
     }
     assert!(f.calls.is_empty() && f.reg_writes.is_empty());
+}
+
+// CPUID ------------------------------------------------------------------------------------------
+
+/// The Skylake profile's CPUID answers (`profile=skylake`, `bts=1`), with the fake's PMU.
+fn skylake_cpuid(f: &mut Fake) -> CpuidProfile {
+    let opts = SystemOptions::parse(["profile=skylake", "bts=1"]).unwrap();
+    opts.cpuid_profile(f.pmu.caps())
+}
+
+impl Fake {
+    /// CPUID of `leaf`, `subleaf` about to execute: the leaf the facade reads from EAX and ECX.
+    fn cpuid(&mut self, leaf: u32, subleaf: u32) -> (u32, u32) {
+        self.regs[Reg::Rax as usize] = 0xFFFF_FFFF_0000_0000 | u64::from(leaf); // RAX[63:32] is ignored
+        self.regs[Reg::Rcx as usize] = 0xFFFF_FFFF_0000_0000 | u64::from(subleaf);
+        cpuid::leaf(self)
+    }
+
+    /// QEMU executed the CPUID and answered {EAX, EBX, ECX, EDX} = `qemu`; then the fix-up.
+    fn cpuid_executed(&mut self, profile: &CpuidProfile, (leaf, subleaf): (u32, u32), qemu: [u32; 4]) -> [u32; 4] {
+        for (reg, v) in [Reg::Rax, Reg::Rbx, Reg::Rcx, Reg::Rdx].into_iter().zip(qemu) {
+            self.regs[reg as usize] = u64::from(v);
+        }
+        cpuid::complete(self, profile, leaf, subleaf)
+    }
+}
+
+#[test]
+fn cpuid_14h_subleaf_0_on_skylake_writes_the_three_registers_qemu_answered_differently() {
+    let mut f = Fake::new(PtCaps::SKYLAKE, PmuCaps::SKYLAKE);
+    let profile = skylake_cpuid(&mut f);
+    let leaf = f.cpuid(0x14, 0);
+    assert_eq!(leaf, (0x14, 0));
+    // QEMU's -cpu without Intel PT answers leaf 14H with zeros. A Skylake client part
+    // (i7-6700K): EAX = 1 (max subleaf), EBX = 0FH (CR3 filter, PSB/CYC, IP filter, MTC), ECX = 7
+    // (ToPA, multiple ToPA entries, single range), EDX = 0.
+    assert_eq!(f.cpuid_executed(&profile, leaf, [0; 4]), [1, 0xF, 7, 0]);
+    assert_eq!(f.reg_writes, vec![(Reg::Rax, 1), (Reg::Rbx, 0xF), (Reg::Rcx, 7)], "EDX was right already");
+    assert!(f.calls.is_empty());
+}
+
+#[test]
+fn cpuid_7_sets_intel_pt_and_leaves_the_rest_of_qemus_answer() {
+    let mut f = Fake::new(PtCaps::SKYLAKE, PmuCaps::SKYLAKE);
+    let profile = skylake_cpuid(&mut f);
+    let leaf = f.cpuid(7, 0);
+    // QEMU's EBX without [25] Intel PT, ECX without [16] LA57: only EBX changes.
+    let qemu = [0, 0x009C_6FBF, 0x0040_0004, 0xAC00_0400];
+    assert_eq!(f.cpuid_executed(&profile, leaf, qemu), [0, 0x029C_6FBF, 0x0040_0004, 0xAC00_0400]);
+    assert_eq!(f.reg_writes, vec![(Reg::Rbx, 0x029C_6FBF)]);
+    // Subleaf 1 of leaf 7 is QEMU's.
+    f.reg_writes.clear();
+    let leaf = f.cpuid(7, 1);
+    assert_eq!(leaf, (7, 1));
+    assert_eq!(f.cpuid_executed(&profile, leaf, [0x10, 0, 0, 0]), [0x10, 0, 0, 0]);
+    assert!(f.reg_writes.is_empty());
+}
+
+#[test]
+fn cpuid_0_raises_the_maximum_leaf_and_the_cpu_remembers_qemus_for_the_leaves_between() {
+    let mut f = Fake::new(PtCaps::SKYLAKE, PmuCaps::SKYLAKE);
+    let profile = skylake_cpuid(&mut f);
+    // QEMU's maximum basic leaf 0DH ("GenuineIntel" in EBX, EDX, ECX): 15H for Intel PT's leaf
+    // 14H and the TSC/ART ratio of leaf 15H (MTC).
+    let leaf = f.cpuid(0, 0);
+    assert_eq!(f.cpuid_executed(&profile, leaf, [0xD, 0x756E_6547, 0x6C65_746E, 0x4965_6E69])[0], 0x15);
+    assert_eq!(f.reg_writes, vec![(Reg::Rax, 0x15)]);
+    assert_eq!(f.native_leaves.max_leaf, 0xD);
+    // Leaf 0EH, above QEMU's maximum: QEMU repeats its highest leaf's values; reserved, all 0.
+    f.reg_writes.clear();
+    let leaf = f.cpuid(0xE, 0);
+    assert_eq!(f.cpuid_executed(&profile, leaf, [7, 8, 9, 10]), [0; 4]);
+    assert_eq!(f.reg_writes, vec![(Reg::Rax, 0), (Reg::Rbx, 0), (Reg::Rcx, 0), (Reg::Rdx, 0)]);
 }
 
 // RDPMC ------------------------------------------------------------------------------------------

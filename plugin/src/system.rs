@@ -25,7 +25,7 @@ use pttrace_core::bts::{BranchTraceStore, DsFormat};
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::cs_base;
 use pttrace_core::cs_cache::{self, CsLoad};
-use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
+use pttrace_core::cpuid::NativeLeaves;
 use pttrace_core::msr_map::MsrMap;
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
@@ -2058,23 +2058,8 @@ impl Shared {
     /// CPUID has executed: the profile's answer (`pttrace_core::cpuid`) replaces the registers
     /// QEMU's answer left that differ from it.
     fn fix_cpuid(&self, v: &mut Vcpu, leaf: u32, subleaf: u32) {
-        let names = ["rax", "rbx", "rcx", "rdx"];
-        let native = names.map(|n| v.regs.get(n).unwrap_or(0) as u32);
-        let profile = CpuidProfile {
-            caps: self.opts.caps,
-            signature: self.opts.signature,
-            bts: self.opts.bts,
-            dtes64: self.opts.dtes64,
-            rtit: self.opts.rtit,
-            pmu: v.pmu.caps(),
-            arch_lbr: self.opts.arch_lbr.then_some(ArchLbrCaps::SAPPHIRE_RAPIDS),
-        };
-        let answer = profile.answer(leaf, subleaf, native, &mut v.native_leaves);
-        for ((name, new), old) in names.iter().zip(answer).zip(native) {
-            if new != old {
-                v.regs.set(name, u64::from(new));
-            }
-        }
+        let profile = self.opts.cpuid_profile(v.pmu.caps());
+        system_cpu::cpuid::complete(&mut QemuPort::new(self, v), &profile, leaf, subleaf);
     }
 
     fn before_op(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
@@ -2092,11 +2077,7 @@ impl Shared {
     fn before_op_inner(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
         let ip = ip.wrapping_add(v.pc_delta);
         match op {
-            SystemOp::Cpuid => {
-                let leaf = v.regs.get("rax").unwrap_or(0) as u32;
-                let sub = v.regs.get("rcx").unwrap_or(0) as u32;
-                v.pending.cpuid = Some((leaf, sub));
-            }
+            SystemOp::Cpuid => v.pending.cpuid = Some(system_cpu::cpuid::leaf(&mut QemuPort::new(self, v))),
             SystemOp::Rdmsr => {
                 // The facade decides (`pttrace_core::system_cpu::rdmsr`); the result is fixed up
                 // after the instruction (`apply_pending`).
@@ -2435,6 +2416,7 @@ impl GuestPort for QemuPort<'_> {
             bts: &mut v.bts,
             rtit: v.rtit.as_mut(),
             mem: &mut self.mem,
+            native_leaves: &mut v.native_leaves,
         }
     }
 
@@ -2506,6 +2488,7 @@ impl GuestPort for QemuPort<'_> {
 fn reg_name(reg: Reg) -> &'static str {
     match reg {
         Reg::Rax => "rax",
+        Reg::Rbx => "rbx",
         Reg::Rcx => "rcx",
         Reg::Rdx => "rdx",
         Reg::Rsp => "rsp",

@@ -6,18 +6,21 @@
 //! the retired instructions before an instruction, storing held-back output) are reached through
 //! a small trait, [`GuestPort`]; the plugin implements it with QEMU calls, the tests with a fake.
 //!
+//! - [`cpuid`]: CPUID: the profile's answer written over QEMU's.
 //! - [`wrmsr`]: WRMSR (SDM Vol. 4 MSR map; Vol. 3C §33.2.8 IA32_RTIT_CTL, Vol. 3B §20.2 PMU).
 //! - [`rdmsr`]: RDMSR: the decision before it executes (the model's MSR, #GP(0)) and EDX:EAX
 //!   replaced after it.
 //! - [`rdpmc`]: RDPMC, which QEMU's TCG does not implement (it raises #UD): completed from the
 //!   PMU, or re-delivered as the #GP(0) hardware raises.
 
+pub mod cpuid;
 pub mod rdmsr;
 pub mod rdpmc;
 pub mod wrmsr;
 
 use crate::arch_lbr::ArchLbr;
 use crate::bts::BranchTraceStore;
+use crate::cpuid::NativeLeaves;
 use crate::guest_mem::{GuestMemory, LinearMemory};
 use crate::lbr::LbrStack;
 use crate::pmu::{Pmu, STATUS_LBR_FRZ};
@@ -49,12 +52,15 @@ pub struct SystemCpu<'a, M> {
     pub rtit: Option<&'a mut RtitTracer>,
     /// Guest-physical memory: the output regions.
     pub mem: &'a mut M,
+    /// QEMU's own maximum basic CPUID leaf, as the guest's last CPUID.0 showed it.
+    pub native_leaves: &'a mut NativeLeaves,
 }
 
 /// A guest register the facade reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reg {
     Rax,
+    Rbx,
     Rcx,
     Rdx,
     Rsp,
