@@ -1,6 +1,6 @@
 //! The per-CPU facade (`system_cpu`, issue 13) driven through a fake guest port that records
 //! what the facade asked of it; its output steps store packets through the same
-//! `pt::enable::store_packets` the plugin uses, and its memory is linear = physical.
+//! `system_cpu::store_output` the plugin uses, and its memory is linear = physical.
 //!
 //! WRMSR (`system_cpu::wrmsr`): which unit a write reaches, the #GP(0) of a refused write with
 //! the guest's registers to restore, the TraceEn 0 -> 1 and 1 -> 0 sequences with the output unit
@@ -9,7 +9,8 @@
 //! before the read, the counting before a PMU read, the unit's value in EDX:EAX after it (with
 //! the output stored first), IA32_MISC_ENABLE's BTS/PEBS bits over QEMU's. RDPMC
 //! (`system_cpu::rdpmc`): the #UD QEMU delivers undone and the instruction completed from the
-//! PMU, or re-delivered as #GP(0). CPUID (`system_cpu::cpuid`): the registers QEMU answered
+//! PMU, or re-delivered as #GP(0). The output step's store (`system_cpu::store_output`): the
+//! ToPA PMI of a filled INT region, STOP and output errors. CPUID (`system_cpu::cpuid`): the registers QEMU answered
 //! differently from the profile rewritten, the others left.
 
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
@@ -22,7 +23,6 @@ use pttrace_core::msr_map::{MsrMap, UnitWrite};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::pmu::{Pmu, PmuCaps};
 use pttrace_core::pt::caps::PtCaps;
-use pttrace_core::pt::enable::store_packets;
 use pttrace_core::pt::msr::{RtitMsrs, WriteEffect};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
@@ -32,7 +32,7 @@ use pttrace_core::system_cpu::cpuid;
 use pttrace_core::system_cpu::rdmsr::{self, Fixup, Rdmsr};
 use pttrace_core::system_cpu::rdpmc::{self, Rdpmc};
 use pttrace_core::system_cpu::wrmsr::{wrmsr, Wrmsr};
-use pttrace_core::system_cpu::{GuestPort, MsrInsn, Reg, SystemCpu};
+use pttrace_core::system_cpu::{store_output, GuestPort, MsrInsn, Reg, SystemCpu};
 
 const IA32_APIC_BASE: u32 = 0x1B;
 const IA32_EFER: u32 = 0xC000_0080;
@@ -88,6 +88,8 @@ struct Fake {
     calls: Vec<Call>,
     /// Every byte the output steps stored (the plugin's host copy).
     stored: Vec<u8>,
+    /// Bytes generated after a ToPA STOP or an output error.
+    lost: usize,
 }
 
 impl Fake {
@@ -113,6 +115,7 @@ impl Fake {
             cs_base: 0,
             calls: Vec::new(),
             stored: Vec::new(),
+            lost: 0,
         }
         .with(Reg::Rflags, 1 << 9)
     }
@@ -130,9 +133,11 @@ impl Fake {
         wrmsr(self, map, ip, ip + 2)
     }
 
+    /// The facade's store (`system_cpu::store_output`), as the plugin's output steps call it.
     fn store(&mut self) {
-        let stored = &mut self.stored;
-        store_packets(&mut self.msrs, &mut self.tracer, &mut self.output, &mut self.mem, |b| stored.extend_from_slice(b));
+        let mut bytes = Vec::new();
+        self.lost += store_output(self, |b| bytes.extend_from_slice(b));
+        self.stored.extend(bytes);
     }
 }
 
@@ -353,6 +358,82 @@ fn atom_rtit_takes_its_msrs_and_faults_intel_pts_on_silvermont() {
     f.calls.clear();
     assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, CTL_TRACE_OS_BRANCHES, 0x602), Wrmsr::Gp, "no Intel PT on Silvermont");
     assert_eq!(f.calls, vec![Call::StoreHeld, Call::Gp { insn: MsrInsn::Wrmsr, rcx: u64::from(IA32_RTIT_CTL), rdx: 0 }]);
+}
+
+// The output step's store ------------------------------------------------------------------------
+
+/// A ToPA table at 20000H (SDM §33.2.7.2 Figure 33-2): `entries` (4 KiB regions at 30000H,
+/// 31000H, ... with these low bits: [2] INT, [4] STOP, [1] reserved), then END back to the table.
+/// Tracing is enabled with ToPA output.
+fn topa_tracing(entries: &[u64]) -> (Fake, MsrMap) {
+    use pttrace_core::guest_mem::GuestMemory;
+    const TABLE: u64 = 0x20000;
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    f.mem.add_ram(TABLE, 0x1000).add_ram(0x30000, 0x1000 * entries.len());
+    for (i, &low) in entries.iter().enumerate() {
+        f.mem.write_u64(TABLE + 8 * i as u64, 0x30000 + 0x1000 * i as u64 | low).unwrap();
+    }
+    f.mem.write_u64(TABLE + 8 * entries.len() as u64, TABLE | 1).unwrap();
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_OUTPUT_BASE, TABLE, 0x1000), Wrmsr::Pt(WriteEffect::Plain));
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_OUTPUT_MASK_PTRS, 0x7F, 0x1002), Wrmsr::Pt(WriteEffect::Plain));
+    // IA32_RTIT_CTL[8] ToPA.
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, CTL_TRACE_OS_BRANCHES | (1 << 8), 0x1004), Wrmsr::Pt(WriteEffect::TraceEnabled));
+    f.calls.clear();
+    (f, map)
+}
+
+/// Indirect JMPs alternating between two far-apart targets (a 6-byte TIP each) until `total`
+/// bytes were generated since tracing started.
+fn generate_until(f: &mut Fake, total: usize) {
+    let mut i = 0u64;
+    while f.stored.len() + f.tracer.output().len() < total {
+        let target = if i % 2 == 0 { 0x7FFF_0000_0000 + 16 * i } else { 0x1000 + 16 * i };
+        f.tracer.branch(0x2000, 0x2002, BranchKind::IndirectJump, target);
+        i += 1;
+    }
+}
+
+#[test]
+fn a_store_that_fills_a_topa_region_with_int_raises_the_pmi_and_global_status_55() {
+    // Region 0 INT = 1, region 1 STOP = 1.
+    let (mut f, _) = topa_tracing(&[1 << 2, 1 << 4]);
+    generate_until(&mut f, 0x1000 - 1);
+    f.drain();
+    assert_eq!(f.calls, vec![Call::Drain], "region 0 not full yet");
+    assert_eq!(f.pmu.read(IA32_PERF_GLOBAL_STATUS).unwrap() & (1 << 55), 0);
+    generate_until(&mut f, 0x1000 + 100);
+    f.drain();
+    assert_eq!(f.calls, vec![Call::Drain, Call::Drain, Call::Pmi]);
+    // IA32_PERF_GLOBAL_STATUS[55] Trace_ToPA_PMI.
+    assert_eq!(f.pmu.read(IA32_PERF_GLOBAL_STATUS).unwrap() & (1 << 55), 1 << 55);
+    assert!(f.output_active && f.tracer.trace_en() && f.lost == 0);
+    assert_eq!(f.mem.bytes(0x30000, f.stored.len()), f.stored, "regions 0 and 1 hold the stream");
+    // Region 1 (STOP, no INT) fills: Stopped, no second PMI, the rest lost.
+    f.calls.clear();
+    generate_until(&mut f, 0x2000 + 100);
+    let generated = f.stored.len() + f.tracer.output().len();
+    f.drain();
+    assert_eq!(f.calls, vec![Call::Drain]);
+    assert_eq!(f.stored.len(), 0x2000);
+    assert_eq!(f.lost, generated - 0x2000);
+    assert_eq!(f.msrs.read(IA32_RTIT_STATUS, &PtCaps::SKYLAKE).unwrap() & (1 << 5), 1 << 5, "IA32_RTIT_STATUS[5] Stopped");
+    assert!(f.output_active, "STOP leaves the output unit (its pointers) as they are");
+}
+
+#[test]
+fn a_store_that_reaches_a_reserved_topa_entry_stops_the_output_with_status_error_and_no_pmi() {
+    // Region 0 without INT; entry 1 with reserved bit [1] set (a ToPA error, §33.3.10).
+    let (mut f, _) = topa_tracing(&[0, 1 << 1]);
+    generate_until(&mut f, 0x1000 + 100);
+    let generated = f.stored.len() + f.tracer.output().len();
+    f.drain();
+    assert_eq!(f.calls, vec![Call::Drain]);
+    assert!(!f.output_active, "the output unit stopped");
+    assert_eq!(f.stored.len(), 0x1000);
+    assert_eq!(f.lost, generated - 0x1000);
+    assert_eq!(f.msrs.read(IA32_RTIT_STATUS, &PtCaps::SKYLAKE).unwrap() & (1 << 4), 1 << 4, "IA32_RTIT_STATUS[4] Error");
+    assert_eq!(f.pmu.read(IA32_PERF_GLOBAL_STATUS).unwrap() & (1 << 55), 0);
 }
 
 // RDMSR ------------------------------------------------------------------------------------------

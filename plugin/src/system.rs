@@ -33,7 +33,6 @@ use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::lbr::{BranchRecorder, LbrStack};
 use pttrace_core::pmu::{tally::RetirementTally, Pmu, PmuCaps, PmuProfile, Retired};
 use pttrace_core::pt::msr::{RtitMsrs, WriteEffect};
-use pttrace_core::pt::enable;
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
@@ -1995,22 +1994,9 @@ impl Shared {
                 out.send(FileKey::Pt(index + 1), bytes.to_vec());
             }
         };
-        let stored = enable::store_packets(&mut v.msrs, &mut v.tracer, &mut v.output, &mut PhysMem, mirror);
-        v.lost_after_stop += stored.lost as u64;
-        if stored.topa_pmi {
-            self.raise_topa_pmi(v);
-        }
-        if !stored.output_active {
-            v.output_active = false;
-        }
-    }
-
-    /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] and a PMI through the
-    /// local APIC's performance-counter LVT, as a performance-monitoring overflow would.
-    fn raise_topa_pmi(&self, v: &mut Vcpu) {
-        v.msrs.topa_pmi_triggered();
-        v.pmu.set_topa_pmi();
-        Self::deliver_pmi();
+        // The ToPA PMI, STOP and output errors: `pttrace_core::system_cpu::store_output`.
+        let lost = system_cpu::store_output(&mut QemuPort::new(self, v), mirror);
+        v.lost_after_stop += lost as u64;
     }
 
     /// A PMI through the local APIC's LVT performance-counter entry (SDM §20.6.3): the DS
