@@ -11,24 +11,29 @@
 //! (`system_cpu::rdpmc`): the #UD QEMU delivers undone and the instruction completed from the
 //! PMU, or re-delivered as #GP(0). The output step's store (`system_cpu::store_output`): the
 //! ToPA PMI of a filled INT region, STOP and output errors. CPUID (`system_cpu::cpuid`): the registers QEMU answered
-//! differently from the profile rewritten, the others left.
+//! differently from the profile rewritten, the others left. Event Trace at an event's delivery
+//! (`system_cpu::event`): the vector from the IDT gate, CR2 for #PF, the IF of the frame (above
+//! an error code or not) and of the handler.
 
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::bts::BranchTraceStore;
 use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
 use pttrace_core::guest_mem::SparseMemory;
-use pttrace_core::insn_class::BranchKind;
+use pttrace_core::insn_class::{BranchKind, FarKind};
 use pttrace_core::lbr::LbrStack;
 use pttrace_core::msr_map::{MsrMap, UnitWrite};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::pmu::{Pmu, PmuCaps};
 use pttrace_core::pt::caps::PtCaps;
+use pttrace_core::pt::decode::PacketDecoder;
+use pttrace_core::pt::packet::Packet;
 use pttrace_core::pt::msr::{RtitMsrs, WriteEffect};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
-use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
+use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_cpu::cpuid;
+use pttrace_core::system_cpu::event;
 use pttrace_core::system_cpu::rdmsr::{self, Fixup, Rdmsr};
 use pttrace_core::system_cpu::rdpmc::{self, Rdpmc};
 use pttrace_core::system_cpu::wrmsr::{wrmsr, Wrmsr};
@@ -79,7 +84,7 @@ struct Fake {
     mem: SparseMemory,
     native_leaves: NativeLeaves,
     /// Indexed by `Reg as usize`.
-    regs: [u64; 12],
+    regs: [u64; 13],
     /// Every register write, in order.
     reg_writes: Vec<(Reg, u64)>,
     idt_base: Option<u64>,
@@ -108,7 +113,7 @@ impl Fake {
             rtit: None,
             mem,
             native_leaves: NativeLeaves::default(),
-            regs: [0; 12],
+            regs: [0; 13],
             reg_writes: Vec::new(),
             idt_base: None,
             ctx: Context { cpl: 0, cr3: 0x5000, mode: ExecMode::Bit64 },
@@ -750,4 +755,94 @@ fn rdpmc_whose_counter_faults_stays_a_ud_when_gp_cannot_be_delivered_the_same_wa
         assert!(f.reg_writes.is_empty());
         assert!(!f.mem.writes.iter().any(|&(a, _)| a == HANDLER_RSP - 8), "no error code pushed");
     }
+}
+
+// Event Trace at an event's delivery ----------------------------------------------------------------
+
+/// The #PF and timer handlers.
+const PF_HANDLER: u64 = 0xFFFF_FFFF_8100_0E00;
+const TIMER_HANDLER: u64 = 0xFFFF_FFFF_8100_4000;
+
+/// Sapphire Rapids' Intel PT (Event Trace, CPUID.(14H,0):EBX[7]) tracing ring 0 with
+/// IA32_RTIT_CTL[31] EventEn, RFLAGS.IF = 0 at the enable; the IDT with #PF (14) and vector 40H
+/// gates, in IA-32e mode; the handler's stack at `HANDLER_RSP` holding `frame` (from RSP up).
+fn event_tracing(event_en: bool, frame: &[u64]) -> Fake {
+    use pttrace_core::guest_mem::GuestMemory;
+    let map = MsrMap { caps: PtCaps::SAPPHIRE_RAPIDS, ..skylake() };
+    // RFLAGS.IF = 0 at the enable.
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE).with(Reg::Efer, EFER_LMA).with(Reg::Rsp, HANDLER_RSP).with(Reg::Rflags, 0x2);
+    f.mem.add_ram(0x7000, 0x2000).add_ram(IDT, 0x1000);
+    with_range(&mut f, &map);
+    let ctl = CTL_TRACE_OS_BRANCHES | (u64::from(event_en) << 31);
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, ctl, 0x40_1000), Wrmsr::Pt(WriteEffect::TraceEnabled));
+    set_gate(&mut f, 14, PF_HANDLER, 0xE);
+    set_gate(&mut f, 0x40, TIMER_HANDLER, 0xE);
+    for (i, &v) in frame.iter().enumerate() {
+        f.mem.write_u64(HANDLER_RSP + 8 * i as u64, v).unwrap();
+    }
+    // In the handler: RFLAGS.IF = 0 (the interrupt gate cleared it).
+    f.with(Reg::Rflags, 0x2).with(Reg::Cr2, 0x8000_0040)
+}
+
+/// The packets of an IRET at 401FF0H returning to 402000H (retired right before the event, as the
+/// flow reports it after the delivery) and of the event at `handler`.
+fn iret_then_event_packets(f: &mut Fake, why: AsyncKind, handler: u64) -> Vec<Packet> {
+    f.tracer.clear_output();
+    f.tracer.cfe_iret(0x40_1FF0);
+    f.tracer.far_transfer(FarKind::Iret, 0x40_2000, Context::KERNEL64);
+    f.tracer.async_event(why, handler, Context::KERNEL64);
+    PacketDecoder::new(f.tracer.output()).map(|d| d.expect("decodes").packet).collect()
+}
+
+/// The Event Trace packets among `p`: CFE, EVD and MODE.Exec (with its IF).
+fn event_view(p: Vec<Packet>) -> Vec<Packet> {
+    p.into_iter().filter(|x| matches!(x, Packet::Cfe { .. } | Packet::Evd { .. } | Packet::ModeExec { .. })).collect()
+}
+
+const CFE_IRET: Packet = Packet::Cfe { ip: true, kind: 2, vector: 0 };
+const IF_1: Packet = Packet::ModeExec { mode: ExecMode::Bit64, if_flag: true };
+const IF_0: Packet = Packet::ModeExec { mode: ExecMode::Bit64, if_flag: false };
+const EVD_CR2: Packet = Packet::Evd { kind: 0, payload: 0x8000_0040 };
+
+#[test]
+fn a_page_fault_reports_vector_14_cr2_and_the_if_the_frame_holds_above_its_error_code() {
+    // The #PF frame: error code, RIP, CS (bit 9 clear), RFLAGS, RSP, SS. The IRET retired just
+    // before the fault restored the frame's IF (RFLAGS[9]); the gate cleared it in the handler.
+    let mut f = event_tracing(true, &[0x2, 0x40_2000, 0x10, 0x246, 0x7F00, 0x18]);
+    assert_eq!(event::delivered(&mut f, PF_HANDLER, true), Some(14));
+    let p = iret_then_event_packets(&mut f, AsyncKind::Fault { ip: 0x40_2000 }, PF_HANDLER);
+    assert_eq!(event_view(p), [CFE_IRET, IF_1, EVD_CR2, Packet::Cfe { ip: false, kind: 1, vector: 14 }, IF_0]);
+    // IF = 0 in the frame: no change to report at the IRET nor in the handler.
+    let mut f = event_tracing(true, &[0x2, 0x40_2000, 0x10, 0x46, 0x7F00, 0x18]);
+    assert_eq!(event::delivered(&mut f, PF_HANDLER, true), Some(14));
+    let p = iret_then_event_packets(&mut f, AsyncKind::Fault { ip: 0x40_2000 }, PF_HANDLER);
+    assert_eq!(event_view(p), [CFE_IRET, EVD_CR2, Packet::Cfe { ip: false, kind: 1, vector: 14 }]);
+}
+
+#[test]
+fn an_interrupt_reports_its_vector_without_cr2_and_the_if_of_a_frame_without_error_code() {
+    // Vector 40H's frame: RIP, CS, RFLAGS, RSP (7F00H: bit 9 set), SS; CR2 holds a stale value.
+    let mut f = event_tracing(true, &[0x40_2000, 0x10, 0x46, 0x7F00, 0x18]);
+    assert_eq!(event::delivered(&mut f, TIMER_HANDLER, false), Some(0x40));
+    let p = iret_then_event_packets(&mut f, AsyncKind::Interrupt { resume_ip: 0x40_2000 }, TIMER_HANDLER);
+    assert_eq!(event_view(p), [CFE_IRET, Packet::Cfe { ip: false, kind: 1, vector: 0x40 }]);
+    let mut f = event_tracing(true, &[0x40_2000, 0x10, 0x246, 0x7F00, 0x18]);
+    assert_eq!(event::delivered(&mut f, TIMER_HANDLER, false), Some(0x40));
+    let p = iret_then_event_packets(&mut f, AsyncKind::Interrupt { resume_ip: 0x40_2000 }, TIMER_HANDLER);
+    assert_eq!(event_view(p), [CFE_IRET, IF_1, Packet::Cfe { ip: false, kind: 1, vector: 0x40 }, IF_0]);
+}
+
+#[test]
+fn without_event_en_or_a_gate_at_the_handler_no_vector_is_reported() {
+    let frame = [0x40_2000, 0x10, 0x246, 0x7F00, 0x18];
+    let mut f = event_tracing(false, &frame);
+    assert_eq!(event::delivered(&mut f, TIMER_HANDLER, false), None);
+    let p = iret_then_event_packets(&mut f, AsyncKind::Interrupt { resume_ip: 0x40_2000 }, TIMER_HANDLER);
+    assert!(event_view(p).iter().all(|x| matches!(x, Packet::ModeExec { if_flag: false, .. })), "no CFE, EVD or IF");
+    // EventEn = 1, but no gate points at the handler: no CFE(INTR) and the frame's IF is not
+    // read; the handler's IF (here 1, a trap gate's) is still reported with the event.
+    let mut f = event_tracing(true, &frame).with(Reg::Rflags, 0x202);
+    assert_eq!(event::delivered(&mut f, 0xFFFF_FFFF_8100_9990, false), None);
+    let p = iret_then_event_packets(&mut f, AsyncKind::Interrupt { resume_ip: 0x40_2000 }, 0xFFFF_FFFF_8100_9990);
+    assert_eq!(event_view(p), [CFE_IRET, IF_1]);
 }

@@ -2223,27 +2223,8 @@ impl Shared {
             // An interrupt ends a HLT's C1 (power event trace: PWRX before the interrupt's FUP
             // and TIP; nothing unless a PWRE was sent).
             v.tracer.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
-            if v.tracer.trace_en() && v.tracer.event_en() {
-                // Event Trace: the vector (the IDT gate whose offset is the handler), CR2 for a
-                // page fault, and RFLAGS.IF in the handler (an interrupt gate cleared it).
-                if let Some(vector) = sh.idt_vector_of(v, to) {
-                    let cr2 = (vector == 14).then(|| v.regs.get("cr2").unwrap_or(0));
-                    v.tracer.cfe_interrupt(vector, cr2);
-                    // RFLAGS.IF before the event, from the 64-bit frame the delivery pushed
-                    // (SDM Vol. 3A §6.14.2: [error code,] RIP, CS, RFLAGS, RSP, SS): what an
-                    // IRET retired just before it restored (reported with that IRET).
-                    let err = exception && matches!(vector, 8 | 10..=14 | 17 | 21 | 29 | 30);
-                    let efer = v.regs.get("efer").unwrap_or(0);
-                    if efer & (1 << 10) != 0 {
-                        let rsp = v.regs.get("rsp").unwrap_or(0);
-                        let mut b = [0u8; 8];
-                        if guest::read_vaddr(rsp + 16 + if err { 8 } else { 0 }, &mut b) {
-                            v.tracer.stage_if(u64::from_le_bytes(b) & (1 << 9) != 0);
-                        }
-                    }
-                }
-                v.tracer.stage_event_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
-            }
+            // Event Trace: the vector, CR2 and RFLAGS.IF (`pttrace_core::system_cpu::event`).
+            system_cpu::event::delivered(&mut QemuPort::new(sh, v), to, exception);
             // The event loads CS (the handler's) with the current IA32_EFER.LMA.
             v.cs_load.loaded(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
             // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
@@ -2483,6 +2464,7 @@ fn reg_name(reg: Reg) -> &'static str {
         Reg::Cs => "cs",
         Reg::Ss => "ss",
         Reg::Cr0 => "cr0",
+        Reg::Cr2 => "cr2",
         Reg::Cr4 => "cr4",
         Reg::Efer => "efer",
     }
@@ -2490,23 +2472,6 @@ fn reg_name(reg: Reg) -> &'static str {
 
 fn system_meta(opts: &SystemOptions) -> String {
     format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","))
-}
-
-impl Shared {
-    /// The vector whose 64-bit IDT gate (SDM Vol. 3A §6.14.1) points at `handler`, from the IDT
-    /// base the guest loaded with LIDT; the lowest one if several gates share the handler, None
-    /// without a readable IDT. (QEMU's discontinuity callback does not report the vector.)
-    fn idt_vector_of(&self, v: &Vcpu, handler: u64) -> Option<u8> {
-        let idt = v.idt_base?;
-        let mut table = vec![0u8; 256 * 16];
-        if !guest::read_vaddr(idt, &mut table) {
-            return None;
-        }
-        (0..256usize).find_map(|n| {
-            let g = pttrace_core::idt::Gate64::parse(table[n * 16..n * 16 + 16].try_into().ok()?);
-            (g.present && g.offset == handler).then_some(n as u8)
-        })
-    }
 }
 
 /// meta.txt lines for the IA32_RTIT_CTL settings that change how a trace decodes, from the OR

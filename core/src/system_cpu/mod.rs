@@ -7,6 +7,7 @@
 //! a small trait, [`GuestPort`]; the plugin implements it with QEMU calls, the tests with a fake.
 //!
 //! - [`cpuid`]: CPUID: the profile's answer written over QEMU's.
+//! - [`event`]: what an interrupt's or exception's delivery tells Event Trace.
 //! - [`wrmsr`]: WRMSR (SDM Vol. 4 MSR map; Vol. 3C §33.2.8 IA32_RTIT_CTL, Vol. 3B §20.2 PMU).
 //! - [`rdmsr`]: RDMSR: the decision before it executes (the model's MSR, #GP(0)) and EDX:EAX
 //!   replaced after it.
@@ -16,6 +17,7 @@
 //!   PMU, or re-delivered as the #GP(0) hardware raises.
 
 pub mod cpuid;
+pub mod event;
 pub mod rdmsr;
 pub mod rdpmc;
 pub mod wrmsr;
@@ -72,6 +74,7 @@ pub enum Reg {
     Cs,
     Ss,
     Cr0,
+    Cr2,
     Cr4,
     /// IA32_EFER.
     Efer,
