@@ -10,10 +10,10 @@
 //! the output stored first), IA32_MISC_ENABLE's BTS/PEBS bits over QEMU's. RDPMC
 //! (`system_cpu::rdpmc`): the #UD QEMU delivers undone and the instruction completed from the
 //! PMU, or re-delivered as #GP(0). The output step's store (`system_cpu::store_output`): the
-//! ToPA PMI of a filled INT region, STOP and output errors. CPUID (`system_cpu::cpuid`): the registers QEMU answered
-//! differently from the profile rewritten, the others left. Event Trace at an event's delivery
-//! (`system_cpu::event`): the vector from the IDT gate, CR2 for #PF, the IF of the frame (above
-//! an error code or not) and of the handler.
+//! ToPA PMI of a filled INT region, STOP and output errors. CPUID (`system_cpu::cpuid`): the
+//! registers QEMU answered differently from the profile rewritten, the others left. Event Trace
+//! at an event's delivery (`system_cpu::event`): the vector from the IDT gate, CR2 for #PF, the IF
+//! of the frame (above an error code or not) and of the handler.
 
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::bts::BranchTraceStore;
