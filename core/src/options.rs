@@ -400,6 +400,20 @@ pub const SYSTEM_USAGE: &str = "pttrace options for qemu-system-x86_64 (comma se
   errata=E1+E5      with profile=silvermont: Atom RTIT errata to reproduce (E1..E7, all; default none)";
 
 impl SystemOptions {
+    /// The CPUID answers of these options (`crate::cpuid`), with the PMU of the CPU (`pmu`:
+    /// the profile's counters, PEBS as `pebs=` chose).
+    pub fn cpuid_profile(&self, pmu: crate::pmu::PmuCaps) -> crate::cpuid::CpuidProfile {
+        crate::cpuid::CpuidProfile {
+            caps: self.caps,
+            signature: self.signature,
+            bts: self.bts,
+            dtes64: self.dtes64,
+            rtit: self.rtit,
+            pmu,
+            arch_lbr: self.arch_lbr.then_some(crate::arch_lbr::ArchLbrCaps::SAPPHIRE_RAPIDS),
+        }
+    }
+
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<SystemOptions, OptionError> {
         let mut o = SystemOptions {
             caps: crate::pt::caps::PtCaps::SKYLAKE,

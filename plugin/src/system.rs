@@ -21,25 +21,24 @@ use crate::{fail, guarded};
 use pttrace_core::block_ring::BlockRing;
 use pttrace_core::vcpu_cell::VcpuCell;
 use pttrace_core::bts::pebs::{self, PebsFormat, PebsOutcome, PebsState};
-use pttrace_core::bts::{debugctl::misc_enable_read, BranchTraceStore, DsFormat, IA32_MISC_ENABLE};
+use pttrace_core::bts::{BranchTraceStore, DsFormat};
 use pttrace_core::guest_mem::GuestMemory;
 use pttrace_core::cs_base;
 use pttrace_core::cs_cache::{self, CsLoad};
-use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
-use pttrace_core::msr_map::{MsrMap, MsrUnit, MsrUnits};
+use pttrace_core::cpuid::NativeLeaves;
+use pttrace_core::msr_map::MsrMap;
 use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
 use pttrace_core::lbr::{self, BranchRecorder, LbrStack};
 use pttrace_core::pmu::{tally::RetirementTally, Pmu, PmuCaps, PmuProfile, Retired};
-use pttrace_core::pt::msr::{Fault, RtitMsrs, WriteEffect};
-use pttrace_core::pt::enable;
+use pttrace_core::pt::msr::{RtitMsrs, WriteEffect};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
-use pttrace_core::system_cpu::{self, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, Reg, SystemCpu};
+use pttrace_core::system_cpu::{self, rdmsr::Rdmsr, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, MsrInsn, Reg, SystemCpu};
 use pttrace_core::system_flow::{mode_slot, pick_successor, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
@@ -405,10 +404,8 @@ impl BlockInfo {
 struct Pending {
     /// CPUID (leaf, subleaf) whose result registers must be rewritten.
     cpuid: Option<(u32, u32)>,
-    /// RDMSR index whose EDX:EAX must be replaced.
-    rdmsr: Option<u32>,
-    /// RDMSR of IA32_MISC_ENABLE: QEMU's value gets the BTS/PEBS-unavailable bits.
-    misc_enable: bool,
+    /// RDMSR whose EDX:EAX must be replaced (`pttrace_core::system_cpu::rdmsr`).
+    rdmsr: Option<system_cpu::rdmsr::Fixup>,
     /// Guest RCX/RDX to restore after a steered (faulting) WRMSR.
     gp_restore: Option<(u64, u64)>,
     /// RDPMC about to execute (address, length): QEMU's TCG raises #UD for it.
@@ -422,7 +419,7 @@ impl Pending {
     /// Something `apply_pending` handles is waiting.
     #[inline]
     fn any(&self) -> bool {
-        self.cpuid.is_some() || self.rdmsr.is_some() || self.misc_enable || self.rdtsc.is_some()
+        self.cpuid.is_some() || self.rdmsr.is_some() || self.rdtsc.is_some()
     }
 }
 
@@ -1077,7 +1074,6 @@ impl Shared {
         let needed = sees_blocks
             || p.cpuid.is_some()
             || p.rdmsr.is_some()
-            || p.misc_enable
             || p.rdtsc.is_some();
         if !needed {
             // Blocks run unseen from now on: the next one seen cannot follow from this one.
@@ -2062,27 +2058,9 @@ impl Shared {
                 out.send(FileKey::Pt(index + 1), bytes.to_vec());
             }
         };
-        let stored = enable::store_packets(&mut v.msrs, &mut v.tracer, &mut v.output, &mut PhysMem, mirror);
-        v.lost_after_stop += stored.lost as u64;
-        if stored.topa_pmi {
-            self.raise_topa_pmi(v);
-        }
-        if !stored.output_active {
-            v.output_active = false;
-        }
-    }
-
-    /// IA32_RTIT_STATUS and the output pointers as hardware shows them right now.
-    fn sync_status(&self, v: &mut Vcpu) {
-        v.msrs.read_back(&v.tracer, &v.output, &self.opts.caps);
-    }
-
-    /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] and a PMI through the
-    /// local APIC's performance-counter LVT, as a performance-monitoring overflow would.
-    fn raise_topa_pmi(&self, v: &mut Vcpu) {
-        v.msrs.topa_pmi_triggered();
-        v.pmu.set_topa_pmi();
-        Self::deliver_pmi();
+        // The ToPA PMI, STOP and output errors: `pttrace_core::system_cpu::store_output`.
+        let lost = system_cpu::store_output(&mut QemuPort::new(self, v), mirror);
+        v.lost_after_stop += lost as u64;
     }
 
     /// A PMI through the local APIC's LVT performance-counter entry (SDM §20.6.3): the DS
@@ -2121,21 +2099,8 @@ impl Shared {
                 self.tsc_offset_known.store(true, Ordering::Relaxed);
             }
         }
-        if std::mem::take(&mut v.pending.misc_enable) {
-            let native = (v.regs.get("rdx").unwrap_or(0) << 32) | (v.regs.get("rax").unwrap_or(0) & 0xFFFF_FFFF);
-            let value = misc_enable_read(native, true, v.pmu.caps().pebs_format.is_some());
-            v.regs.set("rax", value & 0xFFFF_FFFF);
-            v.regs.set("rdx", value >> 32);
-        }
-        if let Some(index) = v.pending.rdmsr.take() {
-            // The output pointers and STATUS show every byte generated so far.
-            self.store_held(v);
-            self.sync_status(v);
-            let value = self.read_msr(v, index);
-            if let Ok(value) = value {
-                v.regs.set("rax", value & 0xFFFF_FFFF);
-                v.regs.set("rdx", value >> 32);
-            }
+        if let Some(fixup) = v.pending.rdmsr.take() {
+            system_cpu::rdmsr::complete(&mut QemuPort::new(self, v), &self.msr_map(), fixup);
         }
     }
 
@@ -2143,23 +2108,8 @@ impl Shared {
     /// CPUID has executed: the profile's answer (`pttrace_core::cpuid`) replaces the registers
     /// QEMU's answer left that differ from it.
     fn fix_cpuid(&self, v: &mut Vcpu, leaf: u32, subleaf: u32) {
-        let names = ["rax", "rbx", "rcx", "rdx"];
-        let native = names.map(|n| v.regs.get(n).unwrap_or(0) as u32);
-        let profile = CpuidProfile {
-            caps: self.opts.caps,
-            signature: self.opts.signature,
-            bts: self.opts.bts,
-            dtes64: self.opts.dtes64,
-            rtit: self.opts.rtit,
-            pmu: v.pmu.caps(),
-            arch_lbr: self.opts.arch_lbr.then_some(ArchLbrCaps::SAPPHIRE_RAPIDS),
-        };
-        let answer = profile.answer(leaf, subleaf, native, &mut v.native_leaves);
-        for ((name, new), old) in names.iter().zip(answer).zip(native) {
-            if new != old {
-                v.regs.set(name, u64::from(new));
-            }
-        }
+        let profile = self.opts.cpuid_profile(v.pmu.caps());
+        system_cpu::cpuid::complete(&mut QemuPort::new(self, v), &profile, leaf, subleaf);
     }
 
     fn before_op(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
@@ -2177,28 +2127,12 @@ impl Shared {
     fn before_op_inner(&self, v: &mut Vcpu, op: SystemOp, ip: u64, len: u64, bytes: &[u8]) {
         let ip = ip.wrapping_add(v.pc_delta);
         match op {
-            SystemOp::Cpuid => {
-                let leaf = v.regs.get("rax").unwrap_or(0) as u32;
-                let sub = v.regs.get("rcx").unwrap_or(0) as u32;
-                v.pending.cpuid = Some((leaf, sub));
-            }
+            SystemOp::Cpuid => v.pending.cpuid = Some(system_cpu::cpuid::leaf(&mut QemuPort::new(self, v))),
             SystemOp::Rdmsr => {
-                let index = v.regs.get("rcx").unwrap_or(0) as u32;
-                if self.msr_map().unit(index) == MsrUnit::Pmu {
-                    self.count_to(v, ip);
-                }
-                if self.msr_map().owns(index) {
-                    if self.read_msr(v, index).is_err() {
-                        // #GP(0) at this RDMSR: steer it to an MSR QEMU faults on; ECX comes
-                        // back when the exception is delivered (`on_discon`).
-                        let (rcx, rdx) = (v.regs.get("rcx").unwrap_or(0), v.regs.get("rdx").unwrap_or(0));
-                        v.pending.gp_restore = Some((rcx, rdx));
-                        v.regs.set("rcx", MSR_X2APIC_DFR);
-                    } else {
-                        v.pending.rdmsr = Some(index);
-                    }
-                } else if index == IA32_MISC_ENABLE && self.opts.bts {
-                    v.pending.misc_enable = true;
+                // The facade decides (`pttrace_core::system_cpu::rdmsr`); the result is fixed up
+                // after the instruction (`apply_pending`).
+                if let Rdmsr::Fixup(fixup) = system_cpu::rdmsr::rdmsr(&mut QemuPort::new(self, v), &self.msr_map(), ip) {
+                    v.pending.rdmsr = Some(fixup);
                 }
             }
             SystemOp::Wrmsr => self.wrmsr(v, ip, ip + len),
@@ -2248,12 +2182,6 @@ impl Shared {
         MsrMap { caps: self.opts.caps, rtit: self.opts.rtit, bts: self.opts.bts, pebs_data_cfg: self.opts.pmu == PmuProfile::Icelake, arch_lbr: self.opts.arch_lbr }
     }
 
-    /// RDMSR of an owned MSR: its value, or the #GP(0) hardware raises.
-    fn read_msr(&self, v: &Vcpu, index: u32) -> Result<u64, Fault> {
-        let units = MsrUnits { pmu: &v.pmu, lbr: &v.lbr, arch_lbr: &v.arch_lbr, bts: &v.bts, rtit: v.rtit.as_ref(), pt: &v.msrs };
-        units.rdmsr(&self.msr_map(), index)
-    }
-
     /// WRMSR about to execute: the facade decides (`pttrace_core::system_cpu::wrmsr`), the
     /// plugin's `QemuPort` carries out what only QEMU can.
     fn wrmsr(&self, v: &mut Vcpu, ip: u64, nlip: u64) {
@@ -2271,12 +2199,20 @@ impl Shared {
         system_cpu::rdpmc::complete(&mut QemuPort::new(self, v), resume)
     }
 
-    /// Make QEMU raise #GP(0) at the WRMSR about to execute: IA32_APIC_BASE with reserved bits
-    /// set. The guest's RCX/RDX come back when the exception is delivered (`on_discon`).
-    fn raise_gp(v: &mut Vcpu, rcx: u64, rdx: u64) {
+    /// Make QEMU raise #GP(0) at the RDMSR or WRMSR about to execute: RDMSR of an MSR QEMU
+    /// faults on, WRMSR of IA32_APIC_BASE with reserved bits set. The guest's RCX/RDX come back
+    /// when the exception is delivered (`on_discon`).
+    fn raise_gp(v: &mut Vcpu, insn: MsrInsn, rcx: u64, rdx: u64) {
         v.pending.gp_restore = Some((rcx, rdx));
-        v.regs.set("rcx", MSR_IA32_APIC_BASE);
-        v.regs.set("rdx", 0xFFFF_FFFF);
+        match insn {
+            MsrInsn::Rdmsr => {
+                v.regs.set("rcx", MSR_X2APIC_DFR);
+            }
+            MsrInsn::Wrmsr => {
+                v.regs.set("rcx", MSR_IA32_APIC_BASE);
+                v.regs.set("rdx", 0xFFFF_FFFF);
+            }
+        }
     }
 
     /// LGDT / LIDT m16&64 (or m16&32): the table base they load (GDTR.base for reading CS
@@ -2351,27 +2287,8 @@ impl Shared {
             // An interrupt ends a HLT's C1 (power event trace: PWRX before the interrupt's FUP
             // and TIP; nothing unless a PWRE was sent).
             v.tracer.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
-            if v.tracer.trace_en() && v.tracer.event_en() {
-                // Event Trace: the vector (the IDT gate whose offset is the handler), CR2 for a
-                // page fault, and RFLAGS.IF in the handler (an interrupt gate cleared it).
-                if let Some(vector) = sh.idt_vector_of(v, to) {
-                    let cr2 = (vector == 14).then(|| v.regs.get("cr2").unwrap_or(0));
-                    v.tracer.cfe_interrupt(vector, cr2);
-                    // RFLAGS.IF before the event, from the 64-bit frame the delivery pushed
-                    // (SDM Vol. 3A §6.14.2: [error code,] RIP, CS, RFLAGS, RSP, SS): what an
-                    // IRET retired just before it restored (reported with that IRET).
-                    let err = exception && matches!(vector, 8 | 10..=14 | 17 | 21 | 29 | 30);
-                    let efer = v.regs.get("efer").unwrap_or(0);
-                    if efer & (1 << 10) != 0 {
-                        let rsp = v.regs.get("rsp").unwrap_or(0);
-                        let mut b = [0u8; 8];
-                        if guest::read_vaddr(rsp + 16 + if err { 8 } else { 0 }, &mut b) {
-                            v.tracer.stage_if(u64::from_le_bytes(b) & (1 << 9) != 0);
-                        }
-                    }
-                }
-                v.tracer.stage_event_if(v.regs.get("eflags").unwrap_or(0) & (1 << 9) != 0);
-            }
+            // Event Trace: the vector, CR2 and RFLAGS.IF (`pttrace_core::system_cpu::event`).
+            system_cpu::event::delivered(&mut QemuPort::new(sh, v), to, exception);
             // The event loads CS (the handler's) with the current IA32_EFER.LMA.
             v.cs_load.loaded(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
             // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
@@ -2530,6 +2447,7 @@ impl GuestPort for QemuPort<'_> {
             bts: &mut v.bts,
             rtit: v.rtit.as_mut(),
             mem: &mut self.mem,
+            native_leaves: &mut v.native_leaves,
         }
     }
 
@@ -2563,8 +2481,8 @@ impl GuestPort for QemuPort<'_> {
         self.sh.core_clock(self.v)
     }
 
-    fn raise_gp(&mut self, rcx: u64, rdx: u64) {
-        Shared::raise_gp(self.v, rcx, rdx);
+    fn raise_gp(&mut self, insn: MsrInsn, rcx: u64, rdx: u64) {
+        Shared::raise_gp(self.v, insn, rcx, rdx);
     }
 
     fn deliver_pmi(&mut self) {
@@ -2601,6 +2519,7 @@ impl GuestPort for QemuPort<'_> {
 fn reg_name(reg: Reg) -> &'static str {
     match reg {
         Reg::Rax => "rax",
+        Reg::Rbx => "rbx",
         Reg::Rcx => "rcx",
         Reg::Rdx => "rdx",
         Reg::Rsp => "rsp",
@@ -2609,6 +2528,7 @@ fn reg_name(reg: Reg) -> &'static str {
         Reg::Cs => "cs",
         Reg::Ss => "ss",
         Reg::Cr0 => "cr0",
+        Reg::Cr2 => "cr2",
         Reg::Cr4 => "cr4",
         Reg::Efer => "efer",
     }
@@ -2616,23 +2536,6 @@ fn reg_name(reg: Reg) -> &'static str {
 
 fn system_meta(opts: &SystemOptions) -> String {
     format!("format=pttrace-1\nmode=system\noptions={}\n", opts.raw.join(","))
-}
-
-impl Shared {
-    /// The vector whose 64-bit IDT gate (SDM Vol. 3A §6.14.1) points at `handler`, from the IDT
-    /// base the guest loaded with LIDT; the lowest one if several gates share the handler, None
-    /// without a readable IDT. (QEMU's discontinuity callback does not report the vector.)
-    fn idt_vector_of(&self, v: &Vcpu, handler: u64) -> Option<u8> {
-        let idt = v.idt_base?;
-        let mut table = vec![0u8; 256 * 16];
-        if !guest::read_vaddr(idt, &mut table) {
-            return None;
-        }
-        (0..256usize).find_map(|n| {
-            let g = pttrace_core::idt::Gate64::parse(table[n * 16..n * 16 + 16].try_into().ok()?);
-            (g.present && g.offset == handler).then_some(n as u8)
-        })
-    }
 }
 
 /// meta.txt lines for the IA32_RTIT_CTL settings that change how a trace decodes, from the OR

@@ -6,19 +6,30 @@
 //! the retired instructions before an instruction, storing held-back output) are reached through
 //! a small trait, [`GuestPort`]; the plugin implements it with QEMU calls, the tests with a fake.
 //!
+//! - [`cpuid`]: CPUID: the profile's answer written over QEMU's.
+//! - [`event`]: what an interrupt's or exception's delivery tells Event Trace.
 //! - [`wrmsr`]: WRMSR (SDM Vol. 4 MSR map; Vol. 3C §33.2.8 IA32_RTIT_CTL, Vol. 3B §20.2 PMU).
+//! - [`rdmsr`]: RDMSR: the decision before it executes (the model's MSR, #GP(0)) and EDX:EAX
+//!   replaced after it.
+//! - [`store_output`]: the output step's store into guest memory, with the ToPA PMI, STOP and
+//!   errors it brings.
 //! - [`rdpmc`]: RDPMC, which QEMU's TCG does not implement (it raises #UD): completed from the
 //!   PMU, or re-delivered as the #GP(0) hardware raises.
 
+pub mod cpuid;
+pub mod event;
+pub mod rdmsr;
 pub mod rdpmc;
 pub mod wrmsr;
 
 use crate::arch_lbr::ArchLbr;
 use crate::bts::BranchTraceStore;
+use crate::cpuid::NativeLeaves;
 use crate::guest_mem::{GuestMemory, LinearMemory};
 use crate::lbr::LbrStack;
 use crate::pmu::{Pmu, STATUS_LBR_FRZ};
 use crate::pt::caps::PtCaps;
+use crate::pt::enable::store_packets;
 use crate::pt::msr::RtitMsrs;
 use crate::pt::output::OutputUnit;
 use crate::pt::tracer::{Context, TraceConfig, Tracer};
@@ -46,12 +57,15 @@ pub struct SystemCpu<'a, M> {
     pub rtit: Option<&'a mut RtitTracer>,
     /// Guest-physical memory: the output regions.
     pub mem: &'a mut M,
+    /// QEMU's own maximum basic CPUID leaf, as the guest's last CPUID.0 showed it.
+    pub native_leaves: &'a mut NativeLeaves,
 }
 
 /// A guest register the facade reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reg {
     Rax,
+    Rbx,
     Rcx,
     Rdx,
     Rsp,
@@ -60,9 +74,17 @@ pub enum Reg {
     Cs,
     Ss,
     Cr0,
+    Cr2,
     Cr4,
     /// IA32_EFER.
     Efer,
+}
+
+/// The instruction a #GP(0) is raised at (an emulator may make each fault its own way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsrInsn {
+    Rdmsr,
+    Wrmsr,
 }
 
 /// What the facade needs from the emulator around one instruction of the guest.
@@ -93,9 +115,9 @@ pub trait GuestPort {
 
     // What the guest sees happen.
 
-    /// The instruction about to execute raises #GP(0) instead of executing, and the handler sees
+    /// The `insn` about to execute raises #GP(0) instead of executing, and the handler sees
     /// RCX = `rcx` and RDX = `rdx` (the guest's values at the instruction).
-    fn raise_gp(&mut self, rcx: u64, rdx: u64);
+    fn raise_gp(&mut self, insn: MsrInsn, rcx: u64, rdx: u64);
     /// A PMI through the local APIC's LVT performance-counter entry (SDM §20.6.3).
     fn deliver_pmi(&mut self);
     /// IA32_APIC_BASE was written with `value` (the emulator executes the WRMSR): trace output
@@ -137,6 +159,24 @@ pub fn trace_config(msrs: &RtitMsrs, caps: &PtCaps) -> TraceConfig {
 pub fn lbr_recording(arch_lbr: bool, rtit: bool, bts: &BranchTraceStore, arch: &ArchLbr, pmu: &Pmu) -> bool {
     let enabled = if arch_lbr { arch.ctl().lbr_en() } else { !rtit && bts.debugctl().lbr() };
     enabled && pmu.global_status() & STATUS_LBR_FRZ == 0 && !pmu.lbr_freeze_requested()
+}
+
+/// The output step's store (SDM §33.2.7): the Intel PT bytes generated so far go through the
+/// output unit (ToPA or single range) to guest memory, `mirror` receiving the bytes stored (the
+/// host copy). What the guest sees follow from it: a ToPA region with INT = 1 that filled raises
+/// the ToPA PMI (after STOP took effect, Table 33-3); STOP sets IA32_RTIT_STATUS[5] Stopped and
+/// an operational error [4] Error (§33.3.10), both ending packet generation; an error also stops
+/// the output unit. Returns the bytes lost (generated after a STOP or an error).
+pub fn store_output<P: GuestPort>(port: &mut P, mirror: impl FnOnce(&[u8])) -> usize {
+    let cpu = port.cpu();
+    let stored = store_packets(cpu.msrs, cpu.tracer, cpu.output, cpu.mem, mirror);
+    if stored.topa_pmi {
+        raise_topa_pmi(port);
+    }
+    if !stored.output_active {
+        *port.cpu().output_active = false;
+    }
+    stored.lost
 }
 
 /// ToPA PMI (SDM §33.2.7.2, seed 003): IA32_PERF_GLOBAL_STATUS[55] Trace_ToPA_PMI, and a PMI

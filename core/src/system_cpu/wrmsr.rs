@@ -4,7 +4,7 @@
 //! for IA32_RTIT_CTL.TraceEn, Vol. 3B §20.2 for the PMU). MSRs the model does not own are left to
 //! the emulator.
 
-use super::{lbr_recording, raise_topa_pmi, trace_config, GuestPort, Reg};
+use super::{lbr_recording, raise_topa_pmi, trace_config, GuestPort, MsrInsn, Reg};
 use crate::msr_map::{MsrMap, MsrUnit, MsrUnitsMut, UnitWrite};
 use crate::pt::enable::{self, EnableSite};
 use crate::pt::msr::{Fault, WriteEffect, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS};
@@ -62,7 +62,7 @@ pub fn wrmsr<P: GuestPort>(port: &mut P, map: &MsrMap, ip: u64, nlip: u64) -> Wr
     }
     match unit_write(port, map, unit, index, value) {
         Some(Err(Fault::Gp)) => {
-            port.raise_gp(rcx, rdx);
+            port.raise_gp(MsrInsn::Wrmsr, rcx, rdx);
             if unit == MsrUnit::Pmu {
                 port.count_cycles();
             }
@@ -118,7 +118,7 @@ fn rtit_write<P: GuestPort>(port: &mut P, index: u32, value: u64, ip: u64, nlip:
         None => false,
     };
     if refused {
-        port.raise_gp(rcx, rdx);
+        port.raise_gp(MsrInsn::Wrmsr, rcx, rdx);
     }
     port.drain();
     if refused {
@@ -138,7 +138,7 @@ fn pt_write<P: GuestPort>(port: &mut P, map: &MsrMap, index: u32, value: u64, ip
     cpu.msrs.read_back(cpu.tracer, cpu.output, caps);
     let effect = match cpu.msrs.write(index, value, caps) {
         Err(Fault::Gp) => {
-            port.raise_gp(rcx, rdx);
+            port.raise_gp(MsrInsn::Wrmsr, rcx, rdx);
             return Wrmsr::Gp;
         }
         Ok(effect) => effect,
