@@ -354,8 +354,9 @@ impl<B: BlockRef> SystemFlow<B> {
     /// in its steady state (issue 13): what `block` does for each of them with Intel PT as the
     /// only sink, with the tracer's per-block bookkeeping in registers
     /// (`Tracer::steady_run_at_fixed_time`). `blocks` yields, per block, its actual start, its
-    /// `delta` and `last_started` (as for `block`), the time it started at (`set_tsc`; the run
-    /// ends at a block whose time differs from the tracer's: timing packets may be due) and its
+    /// `delta` and `last_started` (as for `block`), the time it started at (`set_tsc`; an MTC that
+    /// time calls for goes out in the run, `SteadyRun::retired_at`; a run ends at a time that
+    /// needs more: TSC + TMA, or an MTC reaching the PSB period) and its
     /// classification in the current mode (a run has no far transfer, so the mode does not
     /// change). Returns how many blocks ran; the first one not run (if the iterator yielded
     /// more) is for `block`, after `set_tsc` with its time.
@@ -364,23 +365,19 @@ impl<B: BlockRef> SystemFlow<B> {
         let (mut cur, mut delta) = (prev.block.clone(), prev.delta);
         let mut blocks = blocks.into_iter();
         let mut n = 0;
-        let time = tracer.tsc();
         loop {
             let Some(mut run) = tracer.steady_run_at_fixed_time() else { break };
             // Some(pc): the PSB period was reached with the block at `pc` (it ran).
             let psb_at = loop {
                 let Some((pc, d, last_started, tsc, b)) = blocks.next() else { break None };
-                // The clock moved: timing packets may be due (the general path).
-                if tsc != time {
-                    break None;
-                }
                 // The previous block's last instruction started (QEMU did not leave it early)
-                // and its fixed successors explain this block (or it is a compressed RET).
+                // and its fixed successors explain this block (or it is a compressed RET); where
+                // the clock moved, the MTC it calls for goes out first (`retired_at`).
                 if last_started != cur.last.ip {
                     break None;
                 }
                 let end = cur.direct.explains(pc.wrapping_sub(delta)).then(|| cur.direct.relocated(delta));
-                let Some(more) = run.retired(&cur.last, end.as_ref(), pc) else { break None };
+                let Some(more) = run.retired_at(&cur.last, end.as_ref(), pc, tsc) else { break None };
                 n += 1;
                 (cur, delta) = (b, d);
                 if !more {

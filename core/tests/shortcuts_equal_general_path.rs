@@ -357,7 +357,8 @@ fn system_steady_run_equals_blocks_one_at_a_time() {
     // block at a time: PC-relative translations (each block runs at its translation address
     // plus a page-multiple delta), blocks QEMU left early (`last_started` elsewhere), MOV CR3,
     // REP strings, indirect and far transfers, unexplained successors, PSB periods, a clock
-    // that moves now and then (MTC) and configurations without the steady state, in random
+    // that moves now and then (MTC inside runs; now and then far enough for TSC + TMA) and
+    // configurations without the steady state, in random
     // batch sizes: the same bytes, flow and tracer counters and resume point.
     type Flow = SystemFlow<std::sync::Arc<SysBlock>>;
     const DELTAS: [u64; 3] = [0, 0x7f00_0000_0000, 0xffff_8000_0000_0000];
@@ -381,6 +382,10 @@ fn system_steady_run_equals_blocks_one_at_a_time() {
             // The time moves now and then (a plugin samples the clock every few blocks).
             if rng.below(8) == 0 {
                 tsc += rng.below(3000);
+            }
+            // Now and then a gap long enough that the time goes out as TSC + TMA.
+            if rng.below(500) == 0 {
+                tsc += 1 << 20;
             }
             blocks.push((pc, delta, last_started, tsc, b.clone()));
             let last = b.last.relocated(delta);

@@ -363,6 +363,10 @@ struct RecordStep {
     /// The block's end leaves the recorded state (`ends_recording`: it may change the mode,
     /// writes CR3 or is a far transfer): the next block runs the model.
     ends: bool,
+    /// The block ends in a near indirect transfer whose load returns the next block's RIP
+    /// (`SysBlock::target_loaded`, `on_target_load`), and the recorded state continues after it
+    /// (`!ends`): the next block's address is the loaded value.
+    loads_next: bool,
     /// An instruction of the block may change CS, CR0.PE or IA32_EFER.LMA (`may_change_mode`).
     changes_mode: bool,
     /// The block may be only recorded when it runs in this mode (no WRMSR, and its decoding in
@@ -379,6 +383,9 @@ impl RecordStep {
             last_ip: block.last.ip,
             succ: succ.unwrap_or([0, 0]),
             follows: !ends && succ.is_some(),
+            loads_next: !ends
+                && block.target_loaded
+                && matches!(block.last.kind, BranchKind::IndirectJump | BranchKind::IndirectCall | BranchKind::Return),
             ends,
             changes_mode,
             recordable,
@@ -1214,20 +1221,29 @@ impl Shared {
     #[inline(always)]
     fn record_block(front: &mut Front, info: &'static BlockInfo) -> Result<(), u64> {
         let last_started = front.last_started.take(u64::MAX);
-        // The common case inline (a direct successor, no MTC sampling), with few registers.
+        // The common cases inline (a direct successor, or the target a near RET or indirect
+        // JMP/CALL through memory loaded; no MTC sampling), with few registers.
         if let Some((prev, delta)) = front.after {
             let step = &info.steps[front.slot & 3];
             // (MTC: the host TSC is sampled every `MTC_SAMPLE_BLOCKS` blocks, out of line; without
             // MTC the countdown starts at u32::MAX.)
-            if prev.follows
+            if (prev.follows || prev.loads_next)
                 && last_started == prev.last_ip
                 && step.recordable
                 && front.budget != 0
                 && front.tsc_countdown > 1
                 && !front.ring.flush_wanted()
             {
-                if let Some(pc) = pick_successor(prev.succ, delta, info.pc) {
+                let pc = if prev.follows {
+                    pick_successor(prev.succ, delta, info.pc)
+                } else {
+                    // What `record_block_general` takes after such a transfer (a value in
+                    // another page falls through to it, and fails there).
+                    front.loaded_rip.filter(|&rip| (rip ^ info.pc) & 0xFFF == 0)
+                };
+                if let Some(pc) = pc {
                     if Self::append(front, info, step, pc, last_started) {
+                        front.loaded_rip = None;
                         front.tsc_countdown -= 1;
                         return Ok(());
                     }

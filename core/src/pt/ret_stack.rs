@@ -36,6 +36,13 @@ impl RetStack {
         self.len = len;
     }
 
+    /// A near RET to `target` would be compressed (`try_compress` would return true); nothing
+    /// changes.
+    #[inline]
+    pub fn would_compress(&self, target: u64) -> bool {
+        self.len != 0 && self.entries[self.top.wrapping_sub(1) % RET_STACK_DEPTH] == target
+    }
+
     /// A near RET to `target` retired: if the top entry matches, pop it and return true
     /// (the RET is compressed).
     #[inline]

@@ -972,7 +972,8 @@ impl Tracer {
     }
 
     /// As `steady_run`, for a caller that does not change the time (`set_tsc`) while the run
-    /// lasts: then MTC packets are possible only if one is due already (`mtc_quiet`).
+    /// lasts, or changes it only through `SteadyRun::retired_at` (which sends the MTC packets
+    /// a new time calls for): the run starts only if no MTC is due already (`mtc_quiet`).
     #[inline]
     pub fn steady_run_at_fixed_time(&mut self) -> Option<SteadyRun<'_>> {
         if !(self.packet_en && self.steady() && self.log.is_none() && self.trigger_en()) {
@@ -1361,6 +1362,55 @@ impl SteadyRun<'_> {
             None if last.kind == BranchKind::Return && !last.rep_string => self.compressed_ret(next),
             None => None,
         }
+    }
+
+    /// `retired` for a block that started at time `tsc` (issue 13: recorded blocks carry the
+    /// clock as the vCPU sampled it): what `Tracer::set_tsc` and the general path do there. When
+    /// the time moved within the CTC period MTCFreq selects, nothing but the time changes;
+    /// when it entered a later period, the MTC `timing_packets` sends goes out before the
+    /// block's own packets (SDM §33.4.2.11; the pending TNT results stay pending, as there).
+    /// None, nothing changed, where `retired` declines the block or the general path would do
+    /// more: a gap long enough for TSC + TMA, or an MTC that reaches the PSB period.
+    #[inline(always)]
+    pub fn retired_at(&mut self, last: &ClassifiedInsn, end: Option<&crate::user_flow::DirectFlow>, next: u64, tsc: u64) -> Option<bool> {
+        if tsc != self.t.tsc {
+            let explained = end.is_some()
+                || (last.kind == BranchKind::Return && !last.rep_string && !self.t.cfg.ctl.dis_retc() && self.t.ret.would_compress(next));
+            if !(explained && self.advance_time(tsc)) {
+                return None;
+            }
+        }
+        self.retired(last, end, next)
+    }
+
+    /// The tracer's time becomes `tsc`, with the MTC a new CTC period calls for (see
+    /// `retired_at`); false, nothing changed, where that needs the general path.
+    #[inline(never)]
+    fn advance_time(&mut self, tsc: u64) -> bool {
+        /// An MTC packet: its header byte and CTC[7:0].
+        const MTC_BYTES: u64 = 2;
+        let t = &mut *self.t;
+        let ctl = t.cfg.ctl;
+        // (CYC is off in the steady state: `Tracer::steady`.)
+        if ctl.mtc_en() {
+            let ctc = (tsc / ART_RATIO) >> ctl.mtc_freq();
+            if t.last_mtc_ctc != Some(ctc) {
+                let Some(last) = t.last_mtc_ctc else { return false };
+                // A long gap goes out as TSC + TMA, and an MTC that fills the PSB period is
+                // followed by PSB+ after the block's packets: both left to the general path.
+                if (ctc.wrapping_sub(last) >= MTC_GAP_FOR_TSC && ctl.tsc_en()) || self.psb_room <= MTC_BYTES {
+                    return false;
+                }
+                t.tsc = tsc;
+                let psb_bytes = t.psb_bytes;
+                t.emit_raw(Packet::Mtc { ctc: ctc as u8 });
+                t.last_mtc_ctc = Some(ctc);
+                self.psb_room -= t.psb_bytes - psb_bytes;
+                return true;
+            }
+        }
+        t.tsc = tsc;
+        true
     }
 
     /// The block end `end` retired with `next` as its fixed successor (`end.explains(next)`).
