@@ -9,7 +9,7 @@
  * (inc %r12; dec %rdi; jnz) are events 2, 3, 4, 5, ... With PMC0 = INST_RETIRED.ANY_P at
  * 2^48 - P and reset value 2^48 - P, the counter overflows at event P and the next event triggers
  * the record and the reload: record k comes from event k(P + 1). */
-#include "guest.h"
+#include "pebs.h"
 
 #define IA32_PMC0               0xC1
 #define IA32_A_PMC0             0x4C1
@@ -26,17 +26,6 @@
 #define SLOTS    8
 #define ITERS    40000ull             /* events 2 .. 3 * ITERS + 1; the XOR after the loop is next */
 
-struct ds64 {
-    uint64_t bts_base, bts_index, bts_max, bts_thr;
-    uint64_t pebs_base, pebs_index, pebs_max, pebs_thr;
-    uint64_t reset[4];
-    uint64_t fixed_reset[4];
-};
-
-struct pebs_rec {                     /* format 3, 200 bytes */
-    uint64_t flags, ip, ax, bx, cx, dx, si, di, bp, sp, r8, r9, r10, r11, r12, r13, r14, r15;
-    uint64_t applicable, dla, dse, lat, eventing_ip, tsx, tsc;
-};
 _Static_assert(sizeof(struct pebs_rec) == REC, "format 3 record");
 
 static struct ds64 ds __attribute__((aligned(64)));
