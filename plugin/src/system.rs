@@ -1719,9 +1719,10 @@ impl Shared {
         if event_trace {
             v.tracer.if_boundary(pc);
         }
-        if v.pmu.pebs_due() {
+        if v.pmu.pebs_due_at(v.tracer.context().cpl) {
             // The previous block's last instruction triggered it: this block's first instruction
-            // is the next one, and the registers are those after the trigger.
+            // is the next one, and the registers are those after the trigger. (A record due
+            // only to cycle counters waits for a block at a CPL they count at.)
             self.pebs_record(v, pc);
         }
         // The descriptor cache: the mode chosen when CS was loaded (a far transfer retired just

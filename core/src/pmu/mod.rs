@@ -696,6 +696,24 @@ impl Pmu {
         self.pebs_fired != 0
     }
 
+    /// A record is due and may be written at an instruction boundary at `cpl`. A record due
+    /// only to cycle counters that do not count at `cpl` (e.g. `cycles:up` with USR only, the
+    /// block after the one whose cycles overflowed starting in the kernel after a SYSCALL)
+    /// waits for a boundary at a CPL one of them counts at: the event that triggers the assist
+    /// is a cycle the counter counts (SDM Vol. 3B §20.3.1.1.1), so its record names user code.
+    /// The clock is read per block, so the moment inside the user block is not known; the
+    /// record goes to the first boundary back at that CPL. A retirement event's record is
+    /// written where it is due (trap-like: the instruction after the trigger, in whatever
+    /// ring that is).
+    pub fn pebs_due_at(&self, cpl: u8) -> bool {
+        let waits = |bit: u8| {
+            self.active.iter().find(|a| a.bit == bit).is_some_and(|a| {
+                matches!(a.event, Event::CoreCycles | Event::RefCycles) && !(if cpl == 0 { a.os } else { a.usr })
+            })
+        };
+        (0..64u8).filter(|&b| self.pebs_fired >> b & 1 != 0).any(|b| !waits(b))
+    }
+
     /// After a PEBS record: counter `bit` (GP n: n, fixed i: 32 + i) is loaded with the DS
     /// area's reset value for it.
     pub fn pebs_reload(&mut self, bit: usize, value: u64) {

@@ -276,6 +276,30 @@ fn pebs_record_is_due_at_the_event_after_the_overflow() {
 }
 
 #[test]
+fn a_cycles_pebs_record_due_in_user_mode_waits_while_the_kernel_runs() {
+    // cycles:up as Linux programs it on parts without a cycles PEBS event: C0H with INV and
+    // CMASK = 16 (counts core cycles), USR only, PEBS on PMC0.
+    let mut p = skl();
+    p.write(IA32_A_PMC0, (1 << 48) - 100).unwrap();
+    p.write(IA32_PERFEVTSEL0, 0x1080_00C0 | USR | EN).unwrap();
+    p.write(IA32_PEBS_ENABLE, 1).unwrap();
+    p.write(IA32_PERF_GLOBAL_CTRL, 1).unwrap();
+    p.cycles(150, 3); // past the overflow, in bulk: due
+    assert!(p.pebs_due());
+    assert!(!p.pebs_due_at(0), "a SYSCALL took the next block into the kernel: not there");
+    assert!(p.pebs_due_at(3), "back in user mode");
+    assert_eq!(p.take_pebs(), 1);
+    // An instruction event's record is written where it falls, kernel entry included.
+    let mut p = skl();
+    p.write(IA32_A_PMC0, (1 << 48) - 2).unwrap();
+    p.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN).unwrap();
+    p.write(IA32_PEBS_ENABLE, 1).unwrap();
+    p.write(IA32_PERF_GLOBAL_CTRL, 1).unwrap();
+    p.retire(3, Retired::PLAIN, 3);
+    assert!(p.pebs_due_at(0) && p.pebs_due_at(3));
+}
+
+#[test]
 fn pebs_within_asks_for_single_steps_only_where_a_record_can_fall() {
     let p = pebs_counter(10);
     assert!(!p.pebs_within(5, Some(Retired::PLAIN), 0), "no overflow in 6 instructions");
