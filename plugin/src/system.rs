@@ -1836,7 +1836,7 @@ impl Shared {
             pebs_eventing: &mut v.pebs_eventing,
         };
         v.flow.catch_up(&mut sink, ip);
-        if v.pmu.pebs_due() {
+        if v.pmu.pebs_due_at(v.tracer.context().cpl) {
             self.pebs_record(v, ip);
         }
         if v.pmu.take_pmi() && !std::mem::take(&mut v.pmi_prearmed) {
@@ -2313,6 +2313,8 @@ impl Shared {
             let last_started = sh.last_started.take(vcpu, u64::MAX);
             let lbr_on = sh.lbr_recording(v);
             let lbr_clock = if lbr_on { sh.core_clock(v) } else { 0 };
+            // The interrupted code's CPL (the tracer's context until the flow delivers).
+            let from_cpl = v.tracer.context().cpl;
             let mut sink = Retire {
                 pt: &mut v.tracer,
                 rtit: v.rtit.as_mut(),
@@ -2341,7 +2343,7 @@ impl Shared {
             if sink.bts_pmi {
                 Self::deliver_pmi();
             }
-            if v.pmu.pebs_due() {
+            if v.pmu.pebs_due_at(from_cpl) {
                 // The instruction before an interrupt triggered it; `from` is the next one.
                 sh.pebs_record(v, from);
             }
