@@ -104,6 +104,41 @@ impl UserTracer for Tracer {
     }
 }
 
+/// A [`UserTracer`] with a steady state for runs of recorded blocks (issue 13), which
+/// [`UserFlow::run`] uses.
+pub trait BatchTracer: UserTracer {
+    /// The blocks of `blocks`, oldest first, after the block that ended with `prev`, for as long
+    /// as the tracer's steady state explains each from the one before: exactly what `set_tsc`
+    /// with `clock` advanced by the block's instruction count, then `UserFlow::block`, do for
+    /// each. `clock` and `prev` follow the blocks taken. Returns how many were taken, and whether
+    /// the steady state may go on with the next (`again`); without that, the next block (if
+    /// any) is for the general path.
+    fn steady_blocks<B: ExecutedBlock>(&mut self, prev: &mut &'static BlockEnd, blocks: &[B], clock: &mut u64) -> (usize, bool);
+}
+
+impl BatchTracer for Tracer {
+    #[inline]
+    fn steady_blocks<B: ExecutedBlock>(&mut self, prev: &mut &'static BlockEnd, blocks: &[B], clock: &mut u64) -> (usize, bool) {
+        let Some((n, psb_due)) = self.steady_run().map(|mut run| run.user_blocks(prev, blocks, clock)) else {
+            return (0, false);
+        };
+        if psb_due {
+            self.set_tsc(*clock);
+            self.psb_if_due(blocks[n - 1].pc());
+        } else if n == blocks.len() {
+            self.set_tsc(*clock);
+        }
+        (n, psb_due)
+    }
+}
+
+impl BatchTracer for RtitStream {
+    #[inline]
+    fn steady_blocks<B: ExecutedBlock>(&mut self, prev: &mut &'static BlockEnd, blocks: &[B], clock: &mut u64) -> (usize, bool) {
+        (self.tracer.user_blocks(prev, blocks, clock), false)
+    }
+}
+
 /// RTIT: the FUP.PGD of a transfer into the kernel carries the NLIP of the user instruction
 /// (Table 1), so the flow reports instruction lengths; the kernel's own return instruction is at
 /// [`KERNEL_EXIT`].
@@ -170,6 +205,13 @@ pub struct BlockEnd {
     pub(crate) direct: DirectFlow,
     /// A near RET, not a REP string instruction: it may compress (`SteadyRun::user_blocks`).
     pub(crate) compressible_ret: bool,
+    /// A near indirect JMP, CALL or RET, not a REP string instruction: any successor is
+    /// explained, by a TIP unless the RET compresses (the RTIT steady run,
+    /// `RtitTracer::user_blocks`).
+    pub(crate) indirect: bool,
+    /// RTIT: the RTIT_LAST_CALL_NLIP value a near CALL leaves behind (NLIP_Valid and its
+    /// NLIP[47:0], §4.2.3.2; every near CALL, `call next` included); 0 for other classes.
+    pub(crate) rtit_call: u64,
 }
 
 /// The outcome of a block whose last instruction has only fixed successors (no COFI, a
@@ -235,7 +277,20 @@ impl DirectFlow {
 
 impl BlockEnd {
     pub fn new(last: ClassifiedInsn) -> Self {
-        BlockEnd { last, direct: DirectFlow::of(&last), compressible_ret: last.kind == BranchKind::Return && !last.rep_string }
+        let indirect = matches!(last.kind, BranchKind::IndirectJump | BranchKind::IndirectCall | BranchKind::Return) && !last.rep_string;
+        let rtit_call = match last.kind {
+            BranchKind::DirectCall { .. } | BranchKind::IndirectCall if !last.rep_string => {
+                crate::rtit::msr::RtitLastCallNlip::holding(last.nlip()).0
+            }
+            _ => 0,
+        };
+        BlockEnd {
+            last,
+            direct: DirectFlow::of(&last),
+            compressible_ret: last.kind == BranchKind::Return && !last.rep_string,
+            indirect,
+            rtit_call,
+        }
     }
 
     /// Is `next` a possible successor of the last instruction without any interruption?
@@ -377,31 +432,22 @@ impl UserFlow {
         self.pos = Position::After(end);
     }
 
-    /// Run executed blocks through the Intel PT model, oldest first, exactly as `block` one at
-    /// a time with the clock set before each (`clock` advanced by the block's instruction count,
-    /// then `tracer.set_tsc(clock)`), and no signal probe. Runs of blocks whose predecessor has
-    /// fixed successors go through the tracer's steady state with its bookkeeping in registers
-    /// (issue 13: most blocks of a user-mode trace, `SteadyRun::user_blocks`); the rest take the
-    /// general path.
-    pub fn run<B: ExecutedBlock>(&mut self, tracer: &mut Tracer, blocks: &[B], clock: &mut u64) {
+    /// Run executed blocks through the model, oldest first, exactly as `block` one at a time
+    /// with the clock set before each (`clock` advanced by the block's instruction count, then
+    /// `tracer.set_tsc(clock)`), and no signal probe. Runs of blocks the tracer's steady state
+    /// explains go through it with its bookkeeping in registers (issue 13: most blocks of a
+    /// user-mode trace, [`BatchTracer::steady_blocks`]); the rest take the general path.
+    pub fn run<T: BatchTracer, B: ExecutedBlock>(&mut self, tracer: &mut T, blocks: &[B], clock: &mut u64) {
         let mut no_signal = |_: u64| None;
         let mut at = 0;
-        while let Some(rest) = blocks.get(at..).filter(|r| !r.is_empty()) {
+        while at < blocks.len() {
             if let Position::After(mut prev) = self.pos {
-                let steady = tracer.steady_run().map(|mut run| run.user_blocks(&mut prev, rest, clock));
-                if let Some((n, psb_due)) = steady {
-                    at += n;
-                    self.stats.blocks += n as u64;
-                    self.pos = Position::After(prev);
-                    if psb_due {
-                        tracer.set_tsc(*clock);
-                        tracer.psb_if_due(rest[n - 1].pc());
-                        continue;
-                    }
-                    if n == rest.len() {
-                        tracer.set_tsc(*clock);
-                        return;
-                    }
+                let (n, again) = tracer.steady_blocks(&mut prev, &blocks[at..], clock);
+                at += n;
+                self.stats.blocks += n as u64;
+                self.pos = Position::After(prev);
+                if again || at == blocks.len() {
+                    continue;
                 }
             }
             // The general path for the block at `at` (its predecessor's fixed successors do not

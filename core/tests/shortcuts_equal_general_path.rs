@@ -437,3 +437,178 @@ fn system_steady_run_equals_blocks_one_at_a_time() {
         assert_eq!(batch.stats(), single.stats(), "seed {seed}");
     }
 }
+
+/// The RTIT configurations of the batch tests: the user-mode default, and variants in which
+/// the steady run must decline (cycle-accurate mode, ranges, an always-on TraceStop, E3) or
+/// which change what it does (no RET compression, MTC, Less_Pkts, every PSB period).
+fn rtit_config(rng: &mut Rng) -> (RtitConfig, RtitOptions) {
+    let mut cfg = RtitConfig::user_default();
+    let mut opts = RtitOptions::default();
+    cfg.pkt_mask = rng.below(4) as u8;
+    cfg.ctl.set_cmprs_ret(rng.below(4) != 0).set_less_pkts(rng.below(3) == 0);
+    match rng.below(9) {
+        0 => {
+            cfg.ctl.set_cycle_acc(true);
+        }
+        1 | 2 => {
+            cfg.ctl.set_mtc_en(true).set_mtc_range(rng.below(4) as u8);
+        }
+        3 => {
+            let a = 0x401000 + rng.below(0x800);
+            cfg.set_range(0, a, a + rng.below(0x800), RangeUse::Filter);
+        }
+        4 => {
+            let a = 0x401000 + rng.below(0x1000);
+            cfg.set_range(1, a, a, RangeUse::TraceStop);
+        }
+        5 => {
+            cfg.events = RtitEvents::new(EventId::AlwaysOn, EventId::AlwaysOn);
+        }
+        6 => {
+            opts.errata = pttrace_core::rtit::errata::Errata::parse("all").unwrap();
+        }
+        _ => {}
+    }
+    (cfg, opts)
+}
+
+/// Random recorded user-mode blocks starting at 0x401000: every block-end class, successors
+/// mostly legal (conditional branches mostly taken, RETs mostly to their CALL), now and then
+/// an unexplained one; targets in 0x401000..0x402000 and, for indirect transfers, sometimes
+/// far away (TIPs of every LIP compression).
+fn random_blocks(rng: &mut Rng, n: usize) -> Vec<Recorded> {
+    let mut pc = 0x401000;
+    let mut calls: Vec<u64> = Vec::new();
+    let mut blocks = Vec::new();
+    let far = |rng: &mut Rng| match rng.below(4) {
+        0 => 0x7f00_1234_0000 + rng.below(0x100) * 0x10,
+        1 => 0x1234_0000 + rng.below(0x100) * 0x10,
+        2 => 0x40_0000 + rng.below(0x100) * 0x10,
+        _ => 0x401000 + rng.below(0x100) * 0x10,
+    };
+    for _ in 0..n {
+        let end = block_end(rng, pc);
+        blocks.push(Recorded { pc, end, n_insns: 1 + rng.below(20) });
+        let last = end.last;
+        pc = match last.kind {
+            BranchKind::None => last.nlip(),
+            BranchKind::Conditional { target } => if rng.below(4) != 0 { target } else { last.nlip() },
+            BranchKind::DirectJump { target } => target,
+            BranchKind::DirectCall { target } => {
+                calls.push(last.nlip());
+                target
+            }
+            BranchKind::IndirectCall => {
+                calls.push(last.nlip());
+                far(rng)
+            }
+            BranchKind::Return => match calls.pop() {
+                Some(r) if rng.below(8) != 0 => r,
+                _ => far(rng),
+            },
+            _ => far(rng),
+        };
+        if rng.below(300) == 0 {
+            pc = 0x405000; // unexplained
+        }
+        if pc > 0x402000 && rng.below(2) == 0 {
+            pc = 0x401000 + rng.below(0x100) * 0x10; // (keep most blocks near each other)
+        }
+    }
+    blocks
+}
+
+/// `UserFlow::run` against `UserFlow::block` one block at a time with the clock set before
+/// each, for RTIT streams, the blocks in random batch sizes: the same bytes, flow counters,
+/// tracer counters, MSRs and clock. Returns the number of PSBs seen.
+fn rtit_batch_equals_single(seed: u64, rng: &mut Rng, cfg: RtitConfig, opts: RtitOptions, blocks: &[Recorded], max_batch: u64) -> u64 {
+    let stream = || RtitStream::new(cfg, opts, Context::KERNEL64, 0xffff_ffff_8100_0000);
+    let (Ok(mut batch), Ok(mut single)) = (stream(), stream()) else { panic!("seed {seed}: configuration refused") };
+    let (mut fb, mut fs) = (UserFlow::default(), UserFlow::default());
+    fb.start(&mut batch);
+    fs.start(&mut single);
+    let (mut clock_b, mut clock_s) = (0u64, 0u64);
+    let mut no_signal = |_: u64| None;
+    let mut at = 0;
+    while at < blocks.len() {
+        let n = (1 + rng.below(max_batch) as usize).min(blocks.len() - at);
+        fb.run(&mut batch, &blocks[at..at + n], &mut clock_b);
+        for b in &blocks[at..at + n] {
+            clock_s += b.n_insns;
+            single.set_tsc(clock_s);
+            fs.block(&mut single, b.pc, b.end, &mut no_signal);
+        }
+        at += n;
+        assert_eq!(batch.tracer.msrs(), single.tracer.msrs(), "seed {seed}: MSRs after {at} blocks");
+    }
+    assert_eq!(clock_b, clock_s);
+    fb.finish(&mut batch);
+    fs.finish(&mut single);
+    let (a, b) = (batch.take_output(), single.take_output());
+    assert!(!b.is_empty());
+    assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
+    assert_eq!(fb.stats(), fs.stats(), "seed {seed}");
+    assert_eq!(batch.tracer.stats(), single.tracer.stats(), "seed {seed}");
+    single.tracer.stats().psbs
+}
+
+#[test]
+fn rtit_batch_run_equals_blocks_one_at_a_time() {
+    // The RTIT steady run (`RtitTracer::user_blocks` through `UserFlow::run`, the plugin's batch
+    // path) against `UserFlow::block` one block at a time, on random block sequences in random
+    // batch sizes, across configurations with and without the steady state.
+    let mut psbs = 0;
+    for seed in 0..400u64 {
+        let mut rng = Rng(20_000 + seed);
+        let (cfg, opts) = rtit_config(&mut rng);
+        let blocks = random_blocks(&mut rng, 4000);
+        psbs += rtit_batch_equals_single(seed, &mut rng, cfg, opts, &blocks, 700);
+    }
+    assert!(psbs > 400, "PSB periods reached: {psbs}");
+}
+
+#[test]
+fn rtit_batch_run_reaches_the_psb_period_inside_long_steady_runs() {
+    // Long runs the steady loop handles alone (Jcc either way, direct CALL, a RET that
+    // compresses, an indirect JMP to an address whose TIP takes 2, 4 or 6 bytes), in batches
+    // as large as the plugin's ring, every PSB period: RTIT_PKT_CNT reaches the monitored bit
+    // inside a batch, at a TNT packet or inside a block's TNT + TIP, and PSB must follow the
+    // very packet that reached it, as one block at a time does.
+    let insn = |ip: u64, len: u8, kind: BranchKind| -> &'static BlockEnd {
+        Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string: false })))
+    };
+    let jcc = insn(0x401010, 2, BranchKind::Conditional { target: 0x401040 });
+    let call = insn(0x401050, 5, BranchKind::DirectCall { target: 0x402000 });
+    let ret = insn(0x402008, 1, BranchKind::Return);
+    let jmp = insn(0x401060, 2, BranchKind::DirectJump { target: 0x401000 });
+    let ijmp = insn(0x401020, 2, BranchKind::IndirectJump);
+    let back = [insn(0x7f00_1234_0010, 2, BranchKind::IndirectJump), insn(0x1234_0010, 2, BranchKind::IndirectJump)];
+    for seed in 0..16u64 {
+        let mut rng = Rng(30_000 + seed);
+        let mut cfg = RtitConfig::user_default();
+        cfg.pkt_mask = (seed % 4) as u8;
+        let mut blocks = Vec::new();
+        while blocks.len() < 400_000 {
+            blocks.push(Recorded { pc: 0x401000, end: jcc, n_insns: 5 });
+            match rng.below(8) {
+                0 => {
+                    // An indirect JMP away and back: TIPs of 6 or 4 bytes and of 2.
+                    let k = rng.below(2) as usize;
+                    blocks.push(Recorded { pc: 0x401012, end: ijmp, n_insns: 4 });
+                    blocks.push(Recorded { pc: back[k].last.ip, end: back[k], n_insns: 1 });
+                    blocks.push(Recorded { pc: 0x401000, end: jcc, n_insns: 5 });
+                }
+                1..=5 => {
+                    blocks.push(Recorded { pc: 0x401040, end: call, n_insns: 4 });
+                    blocks.push(Recorded { pc: 0x402000, end: ret, n_insns: 3 });
+                    blocks.push(Recorded { pc: 0x401055, end: jmp, n_insns: 2 });
+                }
+                _ => {
+                    blocks.push(Recorded { pc: 0x401012, end: ijmp, n_insns: 4 });
+                }
+            }
+        }
+        let psbs = rtit_batch_equals_single(seed, &mut rng, cfg, RtitOptions::default(), &blocks, 8192);
+        assert!(psbs >= 5, "seed {seed}: PSB periods reached {psbs}");
+    }
+}

@@ -534,6 +534,11 @@ impl Shared {
                         }
                     }
                 }
+                // Without RTIT ranges no block has edges (`BlockInfo::edges`): the batch path.
+                ThreadTracer::Rtit(r) if self.rtit_edges.is_empty() => {
+                    v.flow.run(r, first, &mut icount);
+                    v.flow.run(r, wrapped, &mut icount);
+                }
                 ThreadTracer::Rtit(r) => {
                     for info in blocks {
                         icount += info.n_insns;

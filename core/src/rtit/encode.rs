@@ -149,6 +149,11 @@ pub fn cyc_len(cycles: u32) -> usize {
     }
 }
 
+/// The header byte of a TIP with `lip` (what [`encode`] writes first).
+pub(crate) fn tip_header(lip: Lip) -> u8 {
+    lip_header(opcode::TIP_EVENT, lip)
+}
+
 fn lip_header(event: u8, lip: Lip) -> u8 {
     opcode::FUP_TIP | (event << 3) | (u8::from(lip.zext) << 2) | lip.cnt.min(2)
 }

@@ -12,6 +12,8 @@
 //! - [`output`]: the circular region in guest-physical memory.
 //! - [`decode`]: packet parser, packet printer and flow reconstruction from a code image.
 //! - [`errata`]: Appendix E, and the option that reproduces selected errata.
+//! - [`steady`]: runs of recorded user-mode blocks in the steady state, with the tracer's
+//!   bookkeeping in registers (issue 13).
 //! - [`setup`]: programming the MSRs for a trace whose output is a host byte stream (user mode).
 
 pub mod decode;
@@ -22,6 +24,7 @@ pub mod msr;
 pub mod output;
 pub mod packet;
 pub mod setup;
+pub mod steady;
 pub mod tracer;
 
 pub use tracer::{RtitOptions, RtitTracer};

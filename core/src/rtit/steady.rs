@@ -1,0 +1,203 @@
+//! Runs of recorded user-mode blocks through the RTIT model in its steady state (issue 13), the
+//! counterpart of `crate::pt::tracer::SteadyRun` for Atom RTIT.
+//!
+//! In the steady state (PacketEn = 1, no buffer overflow, RTIT_CTL[Cycle_Acc] = 0, RTIT_EVENTS
+//! without address ranges and without an always-on TraceStop, no internal buffer limit, no
+//! delayed PSB) an instruction's retirement reduces to Table 19 rows 1, 2, 6, 7, 11, 13, 14, 17,
+//! 18: a TNT result for a conditional branch or a compressed RET (§4.2.3.2), RTIT_LAST_CALL_NLIP
+//! for a near CALL, a TIP with the LIP compressed against RTIT_LAST_LIP (Table 18) for a near
+//! indirect transfer, and the PSB when RTIT_PKT_CNT reaches the monitored bit (§3.3.9). The
+//! clock (`RtitTracer::set_tsc`) only advances RTIT_CNTP and the watched MTC bits, which send an
+//! MTC when they change with RTIT_CTL[MTC_En].
+//!
+//! [`RtitTracer::user_blocks`] does exactly that for a run of blocks, keeping RTIT_TNT_BUFF,
+//! RTIT_LAST_CALL_NLIP, RTIT_LAST_LIP, the clock and the byte count in registers, and storing
+//! packet bytes without a call. A block that would need anything else ends the run before it
+//! changed anything (the general path takes it): a successor that the previous block's fixed
+//! successors do not explain, a far transfer, a clock that changes the MTC bits with MTC_En, and
+//! a TIP whose bytes would reach the PSB period (the PSB then falls between its packets).
+
+use super::encode::tip_header;
+use super::lip::{LastLip, LIP_MASK};
+use super::msr::{EventId, RtitLastCallNlip, RtitTntBuff, CNTP_MASK};
+use super::tracer::RtitTracer;
+use crate::user_flow::{BlockEnd, ExecutedBlock};
+
+/// RTIT_TNT_BUFF with six results: a full TNT, which goes out as its own byte (the register
+/// value is the packet, `(1 << count) | bits`).
+const TNT_FULL: u64 = 1 << 6;
+
+/// Bytes of room the run keeps beyond the PSB period: a TIP's payload is stored as 8 bytes.
+const SLACK: usize = 16;
+
+impl RtitTracer {
+    /// User mode (issue 13): the recorded blocks of `blocks`, oldest first, after the block that
+    /// ended with `prev`, for as long as the steady state explains each from the one before (see
+    /// the module notes): exactly what `set_tsc` with the clock advanced by the block's
+    /// instruction count, then `UserFlow::block`, do for each, PSBs included. `clock` advances
+    /// by the instruction count of each block taken and `prev` becomes the last one's end.
+    /// Returns how many were taken: fewer than all means the next block is for the general path.
+    pub fn user_blocks<B: ExecutedBlock>(&mut self, prev: &mut &'static BlockEnd, blocks: &[B], clock: &mut u64) -> usize {
+        let mut n = 0;
+        while n < blocks.len() {
+            let Some(room) = self.steady_room(*clock) else { break };
+            let (k, psb) = self.steady_segment(prev, &blocks[n..], clock, room);
+            n += k;
+            if !psb {
+                break;
+            }
+            // The TNT packet of the run's last block reached RTIT_PKT_CNT's monitored bit.
+            self.psb(false);
+        }
+        n
+    }
+
+    /// The steady state of the module notes, starting at time `clock`: the bytes that the next
+    /// packets may take until a PSB is due (RTIT_PKT_CNT reaches the monitored bit after that
+    /// many single bytes; at least 1). None when the tracer is not in it.
+    fn steady_room(&self, clock: u64) -> Option<usize> {
+        let events = self.msrs.events;
+        let steady = !self.no_shortcuts
+            && self.log.is_none()
+            && self.bytes_log.is_none()
+            && self.opts.internal_buffer.is_none()
+            && !self.opts.errata.e3_psb_delayed
+            && !self.psb_due
+            && self.packet_en()
+            && !self.overflow()
+            && !self.msrs.ctl.cycle_acc()
+            && matches!(events.filter_event(), EventId::AlwaysOn | EventId::Reserved(_))
+            && matches!(events.stop_event(), EventId::AlwaysOff | EventId::Reserved(_))
+            && (1..TNT_FULL).contains(&self.msrs.tnt_buff.0)
+            && clock >= self.tsc;
+        if !steady {
+            return None;
+        }
+        // §3.3.9: "a PSB is sent when the monitored bit is set" after Pkt_Cnt counts a packet's
+        // bytes. From a count below it, one byte at a time reaches it after `m - r` bytes.
+        let m = 1u32 << self.msrs.pkt_cnt.monitored_bit();
+        let r = u32::from(self.msrs.pkt_cnt.pkt_cnt()) & (2 * m - 1);
+        (r < m).then(|| (m - r) as usize)
+    }
+
+    /// One run of `user_blocks` up to the next PSB: returns how many blocks it took, and whether
+    /// the last one's TNT packet reached the PSB period (`room` bytes).
+    #[inline(never)]
+    fn steady_segment<B: ExecutedBlock>(&mut self, prev: &mut &'static BlockEnd, blocks: &[B], clock: &mut u64, room: usize) -> (usize, bool) {
+        let ctl = self.msrs.ctl;
+        // RTIT_CTL[11] Cmprs_Ret cannot change during a run.
+        let retc = ctl.cmprs_ret();
+        // With RTIT_CTL[MTC_En] the first clock value at which the watched TSC bits differ from
+        // the last MTC's (§4.2.12): the block whose clock reaches it is for the general path.
+        let shift = ctl.mtc_shift();
+        let mtc_limit = if !ctl.mtc_en() {
+            u64::MAX
+        } else if self.mtc_last == self.mtc_value() {
+            ((self.tsc >> shift) + 1) << shift
+        } else {
+            0
+        };
+        // Every byte of the run fits below the PSB period (a TIP's 8-byte store included).
+        self.pending.reserve(room + SLACK);
+        let start = self.pending.len();
+        // SAFETY: `room + SLACK` bytes of spare capacity were reserved above; the run stores at
+        // most `room` bytes (the checks below) plus an 8-byte store starting below `room`, and
+        // `pending` is not touched again until `set_len` below.
+        let out = unsafe { self.pending.as_mut_ptr().add(start) };
+        let mut tnt = self.msrs.tnt_buff.0;
+        let mut last_call = self.msrs.last_call_nlip.0;
+        let mut last_lip = self.msrs.last_lip;
+        let (mut p, mut c) = (*prev, *clock);
+        let (mut used, mut packets, mut rets) = (0usize, 0u64, 0u64);
+        let mut psb = false;
+        let mut n = 0;
+        while let Some(b) = blocks.get(n) {
+            let next_clock = c + b.n_insns();
+            if next_clock >= mtc_limit {
+                break;
+            }
+            let pc = b.pc();
+            let d = &p.direct;
+            if d.conditional {
+                // Row 2: one TNT result, taken iff `pc` is not the NLIP; not explained if it is
+                // not the target either.
+                let taken = pc != d.fall;
+                if taken & (pc != d.target) {
+                    break;
+                }
+                tnt = (tnt << 1) | u64::from(taken);
+            } else if pc == d.target {
+                // Rows 1, 6, 7: nothing but a direct CALL's NLIP.
+                if retc & (p.rtit_call != 0) {
+                    last_call = p.rtit_call;
+                }
+                (n, c, p) = (n + 1, next_clock, b.end());
+                continue;
+            } else if p.compressible_ret & retc && last_call == RtitLastCallNlip::holding(pc).0 {
+                // §4.2.3.2: a Taken result instead of the TIP; RTIT_LAST_LIP untouched.
+                rets += 1;
+                tnt = (tnt << 1) | 1;
+            } else if p.indirect {
+                // Rows 11, 13, 14 (and a RET that does not compress): the partial TNT, then
+                // the TIP, unless their bytes reach the PSB period.
+                let lip = LastLip::from_msr(last_lip).compress(pc);
+                let flush = usize::from(tnt != 1);
+                let len = 1 + lip.payload_len();
+                if used + flush + len >= room {
+                    break;
+                }
+                if retc & (p.rtit_call != 0) {
+                    last_call = p.rtit_call;
+                }
+                // SAFETY: `used + flush + len < room`, and the 8-byte payload store starts at
+                // most at `room - 1` (see `out`).
+                unsafe {
+                    *out.add(used) = tnt as u8;
+                    used += flush;
+                    *out.add(used) = tip_header(lip);
+                    out.add(used + 1).cast::<[u8; 8]>().write_unaligned(lip.payload.to_le_bytes());
+                }
+                used += len;
+                packets += 1 + flush as u64;
+                tnt = 1;
+                // RTIT_LAST_LIP takes LIP[47:16] of every TIP (§3.3.7).
+                last_lip = ((pc & LIP_MASK) >> 16) | (1 << 32);
+                (n, c, p) = (n + 1, next_clock, b.end());
+                continue;
+            } else {
+                break;
+            }
+            (n, c, p) = (n + 1, next_clock, b.end());
+            if tnt >= TNT_FULL {
+                // SAFETY: `used < room` (it reaches `room` only here, which ends the run).
+                unsafe { *out.add(used) = tnt as u8 };
+                used += 1;
+                packets += 1;
+                tnt = 1;
+                if used == room {
+                    psb = true;
+                    break;
+                }
+            }
+        }
+        // SAFETY: the first `used` bytes of the spare capacity were initialized above.
+        unsafe { self.pending.set_len(start + used) };
+        self.msrs.tnt_buff = RtitTntBuff(tnt);
+        self.msrs.last_call_nlip = RtitLastCallNlip(last_call);
+        self.msrs.last_lip = last_lip;
+        let cnt = self.msrs.pkt_cnt.pkt_cnt();
+        self.msrs.pkt_cnt.set_pkt_cnt(cnt.wrapping_add(used as u16));
+        self.stats.packets += packets;
+        self.stats.bytes += used as u64;
+        self.stats.compressed_rets += rets;
+        if n > 0 {
+            // `set_tsc(c)`, block by block: RTIT_CNTP counts (TriggerEn, ContextEn and FilterEn
+            // hold), and the watched bits did not change with MTC_En.
+            self.msrs.cntp = (self.msrs.cntp + (c - self.tsc)) & CNTP_MASK;
+            self.tsc = c;
+            self.mtc_last = self.mtc_value();
+        }
+        (*prev, *clock) = (p, c);
+        (n, psb)
+    }
+}
