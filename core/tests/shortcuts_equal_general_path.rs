@@ -480,7 +480,9 @@ fn random_blocks(rng: &mut Rng, n: usize) -> Vec<Recorded> {
     let mut pc = 0x401000;
     let mut calls: Vec<u64> = Vec::new();
     let mut blocks = Vec::new();
-    let far = |rng: &mut Rng| match rng.below(4) {
+    let far = |rng: &mut Rng| match rng.below(5) {
+        // (LIP[47:16] = 0: Table 18 row 3 whatever RTIT_LAST_LIP holds.)
+        4 => 0x8000 + rng.below(0x100) * 0x10,
         0 => 0x7f00_1234_0000 + rng.below(0x100) * 0x10,
         1 => 0x1234_0000 + rng.below(0x100) * 0x10,
         2 => 0x40_0000 + rng.below(0x100) * 0x10,

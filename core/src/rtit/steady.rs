@@ -19,6 +19,7 @@
 
 use super::encode::tip_header;
 use super::lip::{LastLip, LIP_MASK};
+use super::packet::Lip;
 use super::msr::{EventId, RtitLastCallNlip, RtitTntBuff, CNTP_MASK};
 use super::tracer::RtitTracer;
 use crate::user_flow::{BlockEnd, ExecutedBlock};
@@ -26,6 +27,9 @@ use crate::user_flow::{BlockEnd, ExecutedBlock};
 /// RTIT_TNT_BUFF with six results: a full TNT, which goes out as its own byte (the register
 /// value is the packet, `(1 << count) | bits`).
 const TNT_FULL: u64 = 1 << 6;
+
+/// RTIT_LAST_LIP[32] CMPRS_LIP_Valid (§3.3.7).
+const LAST_LIP_VALID: u64 = 1 << 32;
 
 /// Bytes of room the run keeps beyond the PSB period: a TIP's payload is stored as 8 bytes.
 const SLACK: usize = 16;
@@ -140,7 +144,14 @@ impl RtitTracer {
             } else if p.indirect {
                 // Rows 11, 13, 14 (and a RET that does not compress): the partial TNT, then
                 // the TIP, unless their bytes reach the PSB period.
-                let lip = LastLip::from_msr(last_lip).compress(pc);
+                // Table 18 rows 1 and 2 (LIP[47:16] as in RTIT_LAST_LIP, not all zero: LIP[15:0]
+                // alone) without the general compression.
+                let upper = (pc & LIP_MASK) >> 16;
+                let lip = if last_lip == upper | LAST_LIP_VALID && upper != 0 {
+                    Lip { cnt: 0, zext: false, payload: pc & 0xFFFF }
+                } else {
+                    LastLip::from_msr(last_lip).compress(pc)
+                };
                 let flush = usize::from(tnt != 1);
                 let len = 1 + lip.payload_len();
                 if used + flush + len >= room {
@@ -161,7 +172,7 @@ impl RtitTracer {
                 packets += 1 + flush as u64;
                 tnt = 1;
                 // RTIT_LAST_LIP takes LIP[47:16] of every TIP (§3.3.7).
-                last_lip = ((pc & LIP_MASK) >> 16) | (1 << 32);
+                last_lip = upper | LAST_LIP_VALID;
                 (n, c, p) = (n + 1, next_clock, b.end());
                 continue;
             } else {
