@@ -446,9 +446,17 @@ fn rtit_config(rng: &mut Rng) -> (RtitConfig, RtitOptions) {
     let mut opts = RtitOptions::default();
     cfg.pkt_mask = rng.below(4) as u8;
     cfg.ctl.set_cmprs_ret(rng.below(4) != 0).set_less_pkts(rng.below(3) == 0);
-    match rng.below(9) {
-        0 => {
+    match rng.below(10) {
+        0 | 7 => {
+            // Cycle-accurate mode: CYC after full TNTs and TIPs, FUP.PCC after a long block;
+            // with MTC, and with E6 (cycle counts one less) now and then.
             cfg.ctl.set_cycle_acc(true);
+            if rng.below(2) == 0 {
+                cfg.ctl.set_mtc_en(true).set_mtc_range(rng.below(4) as u8);
+            }
+            if rng.below(2) == 0 {
+                opts.errata = pttrace_core::rtit::errata::Errata::parse("E6").unwrap();
+            }
         }
         1 | 2 => {
             cfg.ctl.set_mtc_en(true).set_mtc_range(rng.below(4) as u8);
@@ -490,7 +498,10 @@ fn random_blocks(rng: &mut Rng, n: usize) -> Vec<Recorded> {
     };
     for _ in 0..n {
         let end = block_end(rng, pc);
-        blocks.push(Recorded { pc, end, n_insns: 1 + rng.below(20) });
+        // Now and then a long block (a REP string instruction's many iterations): RTIT_CNTP[21]
+        // gets set, FUP.PCC in cycle-accurate mode.
+        let long = if rng.below(400) == 0 { rng.below(1 << 22) } else { 0 };
+        blocks.push(Recorded { pc, end, n_insns: 1 + rng.below(20) + long });
         let last = end.last;
         pc = match last.kind {
             BranchKind::None => last.nlip(),

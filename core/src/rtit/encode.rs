@@ -154,6 +154,14 @@ pub(crate) fn tip_header(lip: Lip) -> u8 {
     lip_header(opcode::TIP_EVENT, lip)
 }
 
+/// The bytes of a cycle count packet for `cycles` (RTIT_CNTP[21:0], §4.2.14): the first `n`
+/// of the three.
+pub(crate) fn cyc_bytes(cycles: u32) -> ([u8; 3], usize) {
+    let cycles = cycles & 0x3F_FFFF;
+    let n = cyc_len(cycles);
+    ([(((cycles & 0x3F) as u8) << 2) | n as u8, (cycles >> 6) as u8, (cycles >> 14) as u8], n)
+}
+
 fn lip_header(event: u8, lip: Lip) -> u8 {
     opcode::FUP_TIP | (event << 3) | (u8::from(lip.zext) << 2) | lip.cnt.min(2)
 }
@@ -191,15 +199,8 @@ fn encode_unchecked(p: &Packet, out: &mut Vec<u8>) -> usize {
             out.extend_from_slice(&tsc.to_le_bytes()[..5]);
         }
         Packet::Cyc { cycles } => {
-            let cycles = cycles & 0x3F_FFFF;
-            let n = cyc_len(cycles);
-            out.push((((cycles & 0x3F) as u8) << 2) | n as u8);
-            if n >= 2 {
-                out.push((cycles >> 6) as u8);
-            }
-            if n == 3 {
-                out.push((cycles >> 14) as u8);
-            }
+            let (bytes, n) = cyc_bytes(cycles);
+            out.extend_from_slice(&bytes[..n]);
         }
     }
     out.len() - start

@@ -31,6 +31,9 @@ const TNT_FULL: u64 = 1 << 6;
 /// RTIT_LAST_LIP[32] CMPRS_LIP_Valid (§3.3.7).
 const LAST_LIP_VALID: u64 = 1 << 32;
 
+/// RTIT_CNTP[21]: FUP.PCC when it is set after an instruction (§4.2.6).
+const CNTP_MSB: u64 = 1 << 21;
+
 /// Bytes of room the run keeps beyond the PSB period: a TIP's payload is stored as 8 bytes.
 const SLACK: usize = 16;
 
@@ -45,7 +48,11 @@ impl RtitTracer {
         let mut n = 0;
         while n < blocks.len() {
             let Some(room) = self.steady_room(*clock) else { break };
-            let (k, psb) = self.steady_segment(prev, &blocks[n..], clock, room);
+            let (k, psb) = if self.msrs.ctl.cycle_acc() {
+                self.steady_segment::<true, B>(prev, &blocks[n..], clock, room)
+            } else {
+                self.steady_segment::<false, B>(prev, &blocks[n..], clock, room)
+            };
             n += k;
             if !psb {
                 break;
@@ -69,7 +76,6 @@ impl RtitTracer {
             && !self.psb_due
             && self.packet_en()
             && !self.overflow()
-            && !self.msrs.ctl.cycle_acc()
             && matches!(events.filter_event(), EventId::AlwaysOn | EventId::Reserved(_))
             && matches!(events.stop_event(), EventId::AlwaysOff | EventId::Reserved(_))
             && (1..TNT_FULL).contains(&self.msrs.tnt_buff.0)
@@ -85,12 +91,19 @@ impl RtitTracer {
     }
 
     /// One run of `user_blocks` up to the next PSB: returns how many blocks it took, and whether
-    /// the last one's TNT packet reached the PSB period (`room` bytes).
+    /// the last one's packet reached the PSB period (`room` bytes). `CYC`: RTIT_CTL[1] Cycle_Acc.
     #[inline(never)]
-    fn steady_segment<B: ExecutedBlock>(&mut self, prev: &mut &'static BlockEnd, blocks: &[B], clock: &mut u64, room: usize) -> (usize, bool) {
+    fn steady_segment<const CYC: bool, B: ExecutedBlock>(
+        &mut self,
+        prev: &mut &'static BlockEnd,
+        blocks: &[B],
+        clock: &mut u64,
+        room: usize,
+    ) -> (usize, bool) {
         let ctl = self.msrs.ctl;
         // RTIT_CTL[11] Cmprs_Ret cannot change during a run.
         let retc = ctl.cmprs_ret();
+        let e6 = self.opts.errata.e6_cyc_minus_one;
         // With RTIT_CTL[MTC_En] the first clock value at which the watched TSC bits differ from
         // the last MTC's (§4.2.12): the block whose clock reaches it is for the general path.
         let shift = ctl.mtc_shift();
@@ -101,12 +114,24 @@ impl RtitTracer {
         } else {
             0
         };
+        // RTIT_CNTP as the clock moves: `cntp_at + (clock - anchor)` (it counts in the steady
+        // state, Table 17) until a packet with a cycle count resets it (§4.2.14). In
+        // cycle-accurate mode the clock at which RTIT_CNTP[21] would be set after a block
+        // (FUP.PCC, §4.2.6) ends the run as well.
+        let (mut anchor, mut cntp_at) = (self.tsc, self.msrs.cntp);
+        let pcc_limit = |anchor: u64, cntp_at: u64| if CYC { (anchor + CNTP_MSB).saturating_sub(cntp_at) } else { u64::MAX };
+        let mut limit = mtc_limit.min(pcc_limit(anchor, cntp_at));
+        // The cycle count packet that follows a packet generated at `clock` (E6: one less).
+        let cyc = |anchor: u64, cntp_at: u64, clock: u64| {
+            let cycles = (cntp_at + (clock - anchor)) as u32;
+            super::encode::cyc_bytes(if e6 { cycles.saturating_sub(1) } else { cycles })
+        };
         // Every byte of the run fits below the PSB period (a TIP's 8-byte store included).
         self.pending.reserve(room + SLACK);
         let start = self.pending.len();
         // SAFETY: `room + SLACK` bytes of spare capacity were reserved above; the run stores at
-        // most `room` bytes (the checks below) plus an 8-byte store starting below `room`, and
-        // `pending` is not touched again until `set_len` below.
+        // most `room` bytes (the checks below) plus stores of at most 8 bytes that start below
+        // `room`, and `pending` is not touched again until `set_len` below.
         let out = unsafe { self.pending.as_mut_ptr().add(start) };
         let mut tnt = self.msrs.tnt_buff.0;
         let mut last_call = self.msrs.last_call_nlip.0;
@@ -117,7 +142,7 @@ impl RtitTracer {
         let mut n = 0;
         while let Some(b) = blocks.get(n) {
             let next_clock = c + b.n_insns();
-            if next_clock >= mtc_limit {
+            if next_clock >= limit {
                 break;
             }
             let pc = b.pc();
@@ -142,8 +167,8 @@ impl RtitTracer {
                 rets += 1;
                 tnt = (tnt << 1) | 1;
             } else if p.indirect {
-                // Rows 11, 13, 14 (and a RET that does not compress): the partial TNT, then
-                // the TIP, unless their bytes reach the PSB period.
+                // Rows 11, 13, 14 (and a RET that does not compress): the partial TNT (no cycle
+                // count), then the TIP (with one), unless their bytes reach the PSB period.
                 // Table 18 rows 1 and 2 (LIP[47:16] as in RTIT_LAST_LIP, not all zero: LIP[15:0]
                 // alone) without the general compression.
                 let upper = (pc & LIP_MASK) >> 16;
@@ -154,38 +179,55 @@ impl RtitTracer {
                 };
                 let flush = usize::from(tnt != 1);
                 let len = 1 + lip.payload_len();
-                if used + flush + len >= room {
+                let (cyc_bytes, cyc_len) = if CYC { cyc(anchor, cntp_at, next_clock) } else { ([0; 3], 0) };
+                if used + flush + len + cyc_len >= room {
                     break;
                 }
                 if retc & (p.rtit_call != 0) {
                     last_call = p.rtit_call;
                 }
-                // SAFETY: `used + flush + len < room`, and the 8-byte payload store starts at
-                // most at `room - 1` (see `out`).
+                // SAFETY: `used + flush + len + cyc_len < room`; the 8-byte payload store starts
+                // below `room` (see `out`).
                 unsafe {
                     *out.add(used) = tnt as u8;
                     used += flush;
                     *out.add(used) = tip_header(lip);
                     out.add(used + 1).cast::<[u8; 8]>().write_unaligned(lip.payload.to_le_bytes());
+                    if CYC {
+                        out.add(used + len).cast::<[u8; 3]>().write_unaligned(cyc_bytes);
+                    }
                 }
-                used += len;
+                used += len + cyc_len;
                 packets += 1 + flush as u64;
                 tnt = 1;
                 // RTIT_LAST_LIP takes LIP[47:16] of every TIP (§3.3.7).
                 last_lip = upper | LAST_LIP_VALID;
                 (n, c, p) = (n + 1, next_clock, b.end());
+                if CYC {
+                    (anchor, cntp_at) = (c, 0);
+                    limit = mtc_limit.min(pcc_limit(anchor, cntp_at));
+                }
                 continue;
             } else {
                 break;
             }
             (n, c, p) = (n + 1, next_clock, b.end());
             if tnt >= TNT_FULL {
-                // SAFETY: `used < room` (it reaches `room` only here, which ends the run).
+                // SAFETY: `used < room` (it reaches `room` only here, which ends the run); the
+                // cycle count's 3-byte store starts at most at `room` (see `out`).
                 unsafe { *out.add(used) = tnt as u8 };
                 used += 1;
                 packets += 1;
                 tnt = 1;
-                if used == room {
+                if CYC {
+                    // A full TNT carries a cycle count (§4.2.14).
+                    let (bytes, k) = cyc(anchor, cntp_at, c);
+                    unsafe { out.add(used).cast::<[u8; 3]>().write_unaligned(bytes) };
+                    used += k;
+                    (anchor, cntp_at) = (c, 0);
+                    limit = mtc_limit.min(pcc_limit(anchor, cntp_at));
+                }
+                if used >= room {
                     psb = true;
                     break;
                 }
@@ -204,7 +246,7 @@ impl RtitTracer {
         if n > 0 {
             // `set_tsc(c)`, block by block: RTIT_CNTP counts (TriggerEn, ContextEn and FilterEn
             // hold), and the watched bits did not change with MTC_En.
-            self.msrs.cntp = (self.msrs.cntp + (c - self.tsc)) & CNTP_MASK;
+            self.msrs.cntp = (cntp_at + (c - anchor)) & CNTP_MASK;
             self.tsc = c;
             self.mtc_last = self.mtc_value();
         }
