@@ -586,7 +586,8 @@ fn rtit_batch_run_reaches_the_psb_period_inside_long_steady_runs() {
     // compresses, an indirect JMP to an address whose TIP takes 2, 4 or 6 bytes), in batches
     // as large as the plugin's ring, every PSB period: RTIT_PKT_CNT reaches the monitored bit
     // inside a batch, at a TNT packet or inside a block's TNT + TIP, and PSB must follow the
-    // very packet that reached it, as one block at a time does.
+    // very packet that reached it, as one block at a time does (also in cycle-accurate mode,
+    // where a full TNT with its cycle count takes 2 to 4 bytes).
     let insn = |ip: u64, len: u8, kind: BranchKind| -> &'static BlockEnd {
         Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string: false })))
     };
@@ -600,6 +601,8 @@ fn rtit_batch_run_reaches_the_psb_period_inside_long_steady_runs() {
         let mut rng = Rng(30_000 + seed);
         let mut cfg = RtitConfig::user_default();
         cfg.pkt_mask = (seed % 4) as u8;
+        // Half of them cycle-accurate: packets of 2 to 4 bytes with their cycle counts.
+        cfg.ctl.set_cycle_acc(seed >= 8);
         let mut blocks = Vec::new();
         while blocks.len() < 400_000 {
             blocks.push(Recorded { pc: 0x401000, end: jcc, n_insns: 5 });
