@@ -571,13 +571,15 @@ fn rtit_batch_run_equals_blocks_one_at_a_time() {
     // path) against `UserFlow::block` one block at a time, on random block sequences in random
     // batch sizes, across configurations with and without the steady state.
     let mut psbs = 0;
-    for seed in 0..400u64 {
+    // (3000 seeds: the rarest case, an MTC with its cycle count right before a TIP that
+    // reaches the PSB period, first comes up at seed 2557.)
+    for seed in 0..3000u64 {
         let mut rng = Rng(20_000 + seed);
         let (cfg, opts) = rtit_config(&mut rng);
         let blocks = random_blocks(&mut rng, 4000);
         psbs += rtit_batch_equals_single(seed, &mut rng, cfg, opts, &blocks, 700);
     }
-    assert!(psbs > 400, "PSB periods reached: {psbs}");
+    assert!(psbs > 3000, "PSB periods reached: {psbs}");
 }
 
 #[test]

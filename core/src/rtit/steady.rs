@@ -104,12 +104,14 @@ impl RtitTracer {
         // RTIT_CTL[11] Cmprs_Ret cannot change during a run.
         let retc = ctl.cmprs_ret();
         let e6 = self.opts.errata.e6_cyc_minus_one;
-        // With RTIT_CTL[MTC_En] the first clock value at which the watched TSC bits differ from
-        // the last MTC's (§4.2.12): the block whose clock reaches it is for the general path.
+        // With RTIT_CTL[MTC_En] the first clock value at which the watched TSC bits may differ
+        // from the last MTC's (§4.2.12): `set_tsc` sends an MTC there if they do.
         let shift = ctl.mtc_shift();
-        let mtc_limit = if !ctl.mtc_en() {
+        let mtc_header = super::encode::opcode::MTC | ctl.mtc_range();
+        let mut mtc_last = self.mtc_last;
+        let mut mtc_limit = if !ctl.mtc_en() {
             u64::MAX
-        } else if self.mtc_last == self.mtc_value() {
+        } else if mtc_last == self.mtc_value() {
             ((self.tsc >> shift) + 1) << shift
         } else {
             0
@@ -120,7 +122,7 @@ impl RtitTracer {
         // (FUP.PCC, §4.2.6) ends the run as well.
         let (mut anchor, mut cntp_at) = (self.tsc, self.msrs.cntp);
         let pcc_limit = |anchor: u64, cntp_at: u64| if CYC { (anchor + CNTP_MSB).saturating_sub(cntp_at) } else { u64::MAX };
-        let mut limit = mtc_limit.min(pcc_limit(anchor, cntp_at));
+        let mut limit = pcc_limit(anchor, cntp_at);
         // The cycle count packet that follows a packet generated at `clock` (E6: one less).
         let cyc = |anchor: u64, cntp_at: u64, clock: u64| {
             let cycles = (cntp_at + (clock - anchor)) as u32;
@@ -140,6 +142,36 @@ impl RtitTracer {
         let (mut used, mut packets, mut rets) = (0usize, 0u64, 0u64);
         let mut psb = false;
         let mut n = 0;
+        // The block at `n` is explained: the MTC its clock calls for (before its own packets, and
+        // with a cycle count of its own), unless the MTC and the `$after` bytes the block sends
+        // next reach the PSB period (then the PSB falls between them: the general path).
+        macro_rules! mtc {
+            ($next_clock:expr, $after:expr) => {
+                if $next_clock >= mtc_limit {
+                    let ticks = $next_clock >> shift;
+                    let v = ticks as u8;
+                    if v != mtc_last {
+                        let (cyc_bytes, cyc_len) = if CYC { cyc(anchor, cntp_at, $next_clock) } else { ([0; 3], 0) };
+                        if used + 2 + cyc_len + $after >= room {
+                            break;
+                        }
+                        // SAFETY: below `room` (see `out`).
+                        unsafe {
+                            out.add(used).cast::<[u8; 2]>().write_unaligned([mtc_header, v]);
+                            if CYC {
+                                out.add(used + 2).cast::<[u8; 3]>().write_unaligned(cyc_bytes);
+                                (anchor, cntp_at) = ($next_clock, 0);
+                                limit = pcc_limit(anchor, cntp_at);
+                            }
+                        }
+                        used += 2 + cyc_len;
+                        packets += 1;
+                        mtc_last = v;
+                    }
+                    mtc_limit = (ticks + 1) << shift;
+                }
+            };
+        }
         while let Some(b) = blocks.get(n) {
             let next_clock = c + b.n_insns();
             if next_clock >= limit {
@@ -154,9 +186,11 @@ impl RtitTracer {
                 if taken & (pc != d.target) {
                     break;
                 }
+                mtc!(next_clock, 0);
                 tnt = (tnt << 1) | u64::from(taken);
             } else if pc == d.target {
                 // Rows 1, 6, 7: nothing but a direct CALL's NLIP.
+                mtc!(next_clock, 0);
                 if retc & (p.rtit_call != 0) {
                     last_call = p.rtit_call;
                 }
@@ -164,6 +198,7 @@ impl RtitTracer {
                 continue;
             } else if p.compressible_ret & retc && last_call == RtitLastCallNlip::holding(pc).0 {
                 // §4.2.3.2: a Taken result instead of the TIP; RTIT_LAST_LIP untouched.
+                mtc!(next_clock, 0);
                 rets += 1;
                 tnt = (tnt << 1) | 1;
             } else if p.indirect {
@@ -179,6 +214,8 @@ impl RtitTracer {
                 };
                 let flush = usize::from(tnt != 1);
                 let len = 1 + lip.payload_len();
+                // (After an MTC with a cycle count, the TIP's count is 0: one byte.)
+                mtc!(next_clock, flush + len + usize::from(CYC));
                 let (cyc_bytes, cyc_len) = if CYC { cyc(anchor, cntp_at, next_clock) } else { ([0; 3], 0) };
                 if used + flush + len + cyc_len >= room {
                     break;
@@ -205,7 +242,7 @@ impl RtitTracer {
                 (n, c, p) = (n + 1, next_clock, b.end());
                 if CYC {
                     (anchor, cntp_at) = (c, 0);
-                    limit = mtc_limit.min(pcc_limit(anchor, cntp_at));
+                    limit = pcc_limit(anchor, cntp_at);
                 }
                 continue;
             } else {
@@ -225,7 +262,7 @@ impl RtitTracer {
                     unsafe { out.add(used).cast::<[u8; 3]>().write_unaligned(bytes) };
                     used += k;
                     (anchor, cntp_at) = (c, 0);
-                    limit = mtc_limit.min(pcc_limit(anchor, cntp_at));
+                    limit = pcc_limit(anchor, cntp_at);
                 }
                 if used >= room {
                     psb = true;
@@ -248,7 +285,8 @@ impl RtitTracer {
             // hold), and the watched bits did not change with MTC_En.
             self.msrs.cntp = (cntp_at + (c - anchor)) & CNTP_MASK;
             self.tsc = c;
-            self.mtc_last = self.mtc_value();
+            // (TriggerEn holds: `set_tsc` keeps the watched bits whether or not MTC_En.)
+            self.mtc_last = if ctl.mtc_en() { mtc_last } else { self.mtc_value() };
         }
         (*prev, *clock) = (p, c);
         (n, psb)
