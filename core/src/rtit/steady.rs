@@ -174,7 +174,7 @@ impl RtitTracer {
         }
         while let Some(b) = blocks.get(n) {
             let next_clock = c + b.n_insns();
-            if next_clock >= limit {
+            if CYC && next_clock >= limit {
                 break;
             }
             let pc = b.pc();
