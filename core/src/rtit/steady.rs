@@ -48,10 +48,13 @@ impl RtitTracer {
         let mut n = 0;
         while n < blocks.len() {
             let Some(room) = self.steady_room(*clock) else { break };
-            let (k, psb) = if self.msrs.ctl.cycle_acc() {
-                self.steady_segment::<true, B>(prev, &blocks[n..], clock, room)
-            } else {
-                self.steady_segment::<false, B>(prev, &blocks[n..], clock, room)
+            let rest = &blocks[n..];
+            let ctl = self.msrs.ctl;
+            let (k, psb) = match (ctl.cycle_acc(), ctl.mtc_en()) {
+                (false, false) => self.steady_segment::<false, false, B>(prev, rest, clock, room),
+                (false, true) => self.steady_segment::<false, true, B>(prev, rest, clock, room),
+                (true, false) => self.steady_segment::<true, false, B>(prev, rest, clock, room),
+                (true, true) => self.steady_segment::<true, true, B>(prev, rest, clock, room),
             };
             n += k;
             if !psb {
@@ -91,9 +94,10 @@ impl RtitTracer {
     }
 
     /// One run of `user_blocks` up to the next PSB: returns how many blocks it took, and whether
-    /// the last one's packet reached the PSB period (`room` bytes). `CYC`: RTIT_CTL[1] Cycle_Acc.
+    /// the last one's packet reached the PSB period (`room` bytes). `CYC`: RTIT_CTL[1] Cycle_Acc;
+    /// `MTC`: RTIT_CTL[9] MTC_En.
     #[inline(never)]
-    fn steady_segment<const CYC: bool, B: ExecutedBlock>(
+    fn steady_segment<const CYC: bool, const MTC: bool, B: ExecutedBlock>(
         &mut self,
         prev: &mut &'static BlockEnd,
         blocks: &[B],
@@ -109,7 +113,7 @@ impl RtitTracer {
         let shift = ctl.mtc_shift();
         let mtc_header = super::encode::opcode::MTC | ctl.mtc_range();
         let mut mtc_last = self.mtc_last;
-        let mut mtc_limit = if !ctl.mtc_en() {
+        let mut mtc_limit = if !MTC {
             u64::MAX
         } else if mtc_last == self.mtc_value() {
             ((self.tsc >> shift) + 1) << shift
@@ -147,7 +151,7 @@ impl RtitTracer {
         // next reach the PSB period (then the PSB falls between them: the general path).
         macro_rules! mtc {
             ($next_clock:expr, $after:expr) => {
-                if $next_clock >= mtc_limit {
+                if MTC && $next_clock >= mtc_limit {
                     let ticks = $next_clock >> shift;
                     let v = ticks as u8;
                     if v != mtc_last {
@@ -286,7 +290,7 @@ impl RtitTracer {
             self.msrs.cntp = (cntp_at + (c - anchor)) & CNTP_MASK;
             self.tsc = c;
             // (TriggerEn holds: `set_tsc` keeps the watched bits whether or not MTC_En.)
-            self.mtc_last = if ctl.mtc_en() { mtc_last } else { self.mtc_value() };
+            self.mtc_last = if MTC { mtc_last } else { self.mtc_value() };
         }
         (*prev, *clock) = (p, c);
         (n, psb)
