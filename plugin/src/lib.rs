@@ -102,11 +102,15 @@ impl Register for PtTrace {
     fn register_default(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
         SYSTEM_MODE.store(info.system.is_some(), Ordering::Relaxed);
         register_common_callbacks(id)?;
-        if info.system.is_none() {
+        self.register(id, args, info)?;
+        // User mode: system calls end runs, start forked children and note code mappings, all
+        // of which only a tracing run needs (`trace=off` registers nothing per system call:
+        // ~230 instructions each before, issue 13's `trace=off` <= 1.03x).
+        if user::SHARED.get().is_some_and(|sh| sh.traces()) {
             qemu_plugin::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
             qemu_plugin::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_return));
         }
-        self.register(id, args, info)
+        Ok(())
     }
 
     fn register(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
