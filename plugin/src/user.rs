@@ -1007,22 +1007,32 @@ impl Shared {
         if self.opts.trace == TraceKind::Off {
             return;
         }
-        let mut code = Vec::new();
-        let mut insns: Vec<(u64, Vec<u8>)> = Vec::new();
+        // The block's bytes in one buffer and each instruction's address and offset in it (no
+        // allocation per instruction: translation is most of a short program's run).
+        let mut code = Vec::with_capacity(256);
+        let mut insns: Vec<(u64, usize)> = Vec::with_capacity(64);
         for insn in tb.instructions() {
-            let bytes = insn.data();
-            code.extend_from_slice(&bytes);
-            insns.push((insn.vaddr(), bytes));
+            let at = code.len();
+            code.resize(at + insn.size(), 0);
+            let n = insn.read_data(&mut code[at..]);
+            code.truncate(at + n);
+            insns.push((insn.vaddr(), at));
         }
-        let Some((last_ip, last_bytes)) = insns.last() else {
+        let Some(&(last_ip, last_at)) = insns.last() else {
             return;
         };
-        let last = classify(last_bytes, *last_ip, 64).unwrap_or(ClassifiedInsn {
-            ip: *last_ip,
+        let last_bytes = &code[last_at..];
+        let last = classify(last_bytes, last_ip, 64).unwrap_or(ClassifiedInsn {
+            ip: last_ip,
             len: last_bytes.len() as u8,
             kind: BranchKind::None,
             rep_string: false,
         });
+        let truth_insns: Vec<(u64, Vec<u8>)> = if self.opts.truth {
+            insns.iter().enumerate().map(|(i, &(ip, at))| (ip, code[at..insns.get(i + 1).map_or(code.len(), |n| n.1)].to_vec())).collect()
+        } else {
+            Vec::new()
+        };
         let pc = tb.vaddr();
         let len = code.len() as u32;
         let version = self.record_code(pc, code);
@@ -1062,8 +1072,8 @@ impl Shared {
         }
         if self.opts.truth {
             for (i, insn) in tb.instructions().enumerate() {
-                let ip = insns[i].0;
-                let rep = classify(&insns[i].1, ip, 64).is_some_and(|c| {
+                let ip = truth_insns[i].0;
+                let rep = classify(&truth_insns[i].1, ip, 64).is_some_and(|c| {
                     c.rep_string
                         || match c.kind {
                             BranchKind::None => true,
