@@ -23,7 +23,9 @@ use std::sync::OnceLock;
 mod fork;
 use fork::{is_process_dir, remove_process_dir};
 
-/// One vCPU (= one guest thread in user mode) of the per-vCPU table.
+/// One vCPU (= one guest thread in user mode) of the per-vCPU table. Aligned to a power of
+/// two, so the execute callback finds a slot with a shift, not a multiplication.
+#[repr(align(2048))]
 struct Slot {
     state: Mutex<Option<VcpuTrace>>,
     ring: Ring,
