@@ -909,6 +909,10 @@ impl Shared {
     }
 
     pub(crate) fn at_exit(&self) {
+        // `trace=off` has no translation callback, which otherwise notes the binary's layout.
+        if self.binary.get().is_none() {
+            let _ = self.binary.set(binary_meta());
+        }
         self.finish_run("exit");
     }
 
