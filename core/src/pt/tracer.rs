@@ -1544,13 +1544,28 @@ impl SteadyRun<'_> {
     /// time (`RecordedBlock::tsc`), and the loop stops before a block whose time is not the
     /// tracer's (`SystemStop::Time`: `retired_at` takes it); without, the time does not change.
     /// Returns how many retired and why the loop stopped.
-    #[inline(never)]
+    #[inline]
     pub fn system_blocks<'r, R: RecordedBlock>(
         &mut self,
         cur: &mut (&'r SysBlock, u64),
         recs: &'r [R],
         slot: usize,
         time_offset: Option<u64>,
+    ) -> (usize, SystemStop) {
+        match time_offset {
+            Some(offset) => self.system_blocks_loop::<true, R>(cur, recs, slot, offset),
+            None => self.system_blocks_loop::<false, R>(cur, recs, slot, 0),
+        }
+    }
+
+    /// `system_blocks`, with (`PER_RECORD`) or without a time per record.
+    #[inline(never)]
+    fn system_blocks_loop<'r, const PER_RECORD: bool, R: RecordedBlock>(
+        &mut self,
+        cur: &mut (&'r SysBlock, u64),
+        recs: &'r [R],
+        slot: usize,
+        offset: u64,
     ) -> (usize, SystemStop) {
         let t = &mut *self.t;
         // IA32_RTIT_CTL[11] DisRETC cannot change during a run.
@@ -1561,17 +1576,17 @@ impl SteadyRun<'_> {
         t.out.reserve(most);
         let spare = &mut t.out.spare_capacity_mut()[..most];
         let now = t.tsc;
-        let (per_record, offset) = (time_offset.is_some(), time_offset.unwrap_or(0));
         let (mut tnt, (mut b, mut delta)) = (self.tnt, *cur);
         let (mut written, mut rets) = (0usize, 0u64);
-        let mut n = 0;
+        // The records not retired yet (the first is the next one).
+        let mut rest = recs.iter();
         let stop = loop {
-            let Some(r) = recs.get(n) else { break SystemStop::End };
+            let Some(r) = rest.as_slice().first() else { break SystemStop::End };
             // The previous block's last instruction started (QEMU did not leave it early).
             if r.last_started() != b.last.ip {
                 break SystemStop::General;
             }
-            if per_record && r.tsc().wrapping_sub(offset) != now {
+            if PER_RECORD && r.tsc().wrapping_sub(offset) != now {
                 break SystemStop::Time;
             }
             let pc = r.pc();
@@ -1597,7 +1612,7 @@ impl SteadyRun<'_> {
             } else {
                 break SystemStop::General;
             };
-            n += 1;
+            rest.next();
             b = &**r.block(slot);
             delta = pc.wrapping_sub(r.translated());
             if let Some(byte) = full {
@@ -1611,6 +1626,7 @@ impl SteadyRun<'_> {
         };
         // SAFETY: the first `written` bytes of the spare capacity were initialized above.
         unsafe { t.out.set_len(t.out.len() + written) };
+        let n = recs.len() - rest.as_slice().len();
         if let Some(last) = n.checked_sub(1) {
             self.resume_ip = recs[last].pc();
         }
