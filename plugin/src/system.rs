@@ -931,22 +931,45 @@ impl Shared {
             self.run_recorded_counting(v, recs);
             return recs.len();
         }
+        // The output of the blocks run here is handed on once, after the last of them, as if
+        // each had ended with `block_output` (the hold counts blocks): they were recorded
+        // within the output unit's quiet room (`record_budget`), so storing their bytes later
+        // changes nothing but when they arrive.
+        let mut unhanded = 0u32;
         let mut i = 0;
         while i < recs.len() {
-            i += self.run_recorded_steady(v, &recs[i..], may_store);
+            let n = self.run_recorded_steady(v, &recs[i..]);
+            i += n;
+            unhanded += n as u32;
             if let Some(&r) = recs.get(i) {
-                self.run_recorded_block(v, r, may_store);
+                if v.tracer.trace_en() && v.output_active {
+                    self.run_recorded_block(v, r);
+                    unhanded += 1;
+                } else {
+                    self.output_after(v, unhanded, may_store);
+                    unhanded = 0;
+                    self.run_block(v, r.info, r.pc, r.last_started, may_store);
+                }
                 i += 1;
             }
         }
+        self.output_after(v, unhanded, may_store);
         recs.len()
+    }
+
+    /// `block_output` for `blocks` blocks run without it (nothing for none).
+    fn output_after(&self, v: &mut Vcpu, blocks: u32, may_store: bool) {
+        if let Some(more) = blocks.checked_sub(1) {
+            v.held_blocks = v.held_blocks.saturating_add(more).min(OUTPUT_HOLD_BLOCKS);
+            self.block_output(v, may_store);
+        }
     }
 
     /// The longest prefix of `recs` that `SystemFlow::steady_records` can take (fixed
     /// successors, the tracer in its steady state: no timing packets beyond the MTCs of a moving
     /// clock, no filter ranges), run as `run_recorded_block` would run each of them; returns how
     /// many ran (issue 13).
-    fn run_recorded_steady(&self, v: &mut Vcpu, recs: &[Recorded], may_store: bool) -> usize {
+    fn run_recorded_steady(&self, v: &mut Vcpu, recs: &[Recorded]) -> usize {
         // (Not with RTIT, whose clock `update_tsc` sets too: it never traces with Intel PT.)
         if !(v.tracer.trace_en() && v.output_active) || recs.is_empty() || v.rtit.is_some() {
             return 0;
@@ -988,22 +1011,17 @@ impl Shared {
         v.pc_delta = last.pc.wrapping_sub(last.info.pc);
         v.cur_modes = last.info.modes;
         v.after = last.info.after(mode, v.pc_delta);
-        // Output as if each block had ended with `block_output` (the hold counts blocks).
-        v.held_blocks = v.held_blocks.saturating_add(n as u32 - 1).min(OUTPUT_HOLD_BLOCKS);
-        self.block_output(v, may_store);
         n
     }
 
     /// `run_block` for a recorded block while the state `record_budget` allowed recording in
-    /// still holds (only a store of output, which the encoder thread never makes, can end it):
-    /// Intel PT alone, so the flow reports to the tracer directly, and none of the PMU, LBR,
-    /// BTS, RTIT, PEBS or ground-truth work applies. A recorded block followed a near transfer
-    /// in the same mode, so no code segment load can have happened before it.
+    /// still holds (TraceEn = 1 and the output unit running; the caller checks): Intel PT
+    /// alone, so the flow reports to the tracer directly, and none of the PMU, LBR, BTS, RTIT,
+    /// PEBS or ground-truth work applies. A recorded block followed a near transfer in the same
+    /// mode, so no code segment load can have happened before it. Its output is left for the
+    /// caller to hand on (`output_after`).
     #[inline]
-    fn run_recorded_block(&self, v: &mut Vcpu, r: Recorded, may_store: bool) {
-        if !(v.tracer.trace_en() && v.output_active) {
-            return self.run_block(v, r.info, r.pc, r.last_started, may_store);
-        }
+    fn run_recorded_block(&self, v: &mut Vcpu, r: Recorded) {
         let info = r.info;
         if v.msrs.ctl.mtc_en() {
             // The time the vCPU sampled as the block executed (`Front::tsc`).
@@ -1022,7 +1040,6 @@ impl Shared {
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode, cs_load: v.cs_load };
         v.flow.block(&mut v.tracer, r.pc, &info.by_mode, v.pc_delta, r.last_started, &mut cpu);
         v.after = info.after(v.tracer.context().mode, v.pc_delta);
-        self.block_output(v, may_store);
     }
 
     /// `run_block` for blocks recorded while only the counters see blocks (`record_budget`): the
