@@ -378,29 +378,48 @@ impl<B: BlockRef> SystemFlow<B> {
     /// change). With `time_offset`, each block's time is its `tsc()` minus it (an MTC a new time
     /// calls for goes out in the run, `SteadyRun::retired_at`; a time that needs more, TSC + TMA
     /// or an MTC reaching the PSB period, ends it); without, the time is the tracer's, and
-    /// `before_psb` may set it (`Tracer::set_tsc`) before each PSB+ of the run, given how many
-    /// of `recs` ran before it (a caller that samples its clock every so many blocks samples it
-    /// there, the only place the time is used in such a run). Returns how many blocks ran; the
-    /// first one not run (if any) is for `block`, after `set_tsc` with its time.
+    /// `clock` may set it (`Tracer::set_tsc`) wherever the run may use it, given how many of
+    /// `recs` have started by then: before each PSB+ and each near indirect transfer (a caller
+    /// that samples its clock every so many blocks samples it there, where the time is used).
+    /// A near indirect JMP or CALL, or a RET that does not compress, goes to `Tracer::branch`
+    /// (its TIP) between two runs, as `block` reports it. Returns how many blocks ran; the first
+    /// one not run (if any) is for `block`, after `set_tsc` with its time.
     pub fn steady_records<R: RecordedBlock<Block = B>>(
         &mut self,
         tracer: &mut Tracer,
         recs: &[R],
         slot: usize,
         time_offset: Option<u64>,
-        mut before_psb: impl FnMut(&mut Tracer, usize),
+        mut clock: impl FnMut(&mut Tracer, usize),
     ) -> usize {
         let Position::After(prev) = &self.pos else { return 0 };
         let mut cur: (&SysBlock, u64) = (&prev.block, prev.delta);
         let mut n = 0;
+        // What ended a run of the tracer's steady state.
+        enum Then {
+            Psb,
+            Indirect,
+        }
         'runs: while n < recs.len() {
             let Some(mut run) = tracer.steady_run_at_fixed_time() else { break };
-            loop {
+            let then = loop {
                 let (k, stop) = run.system_blocks(&mut cur, &recs[n..], slot, time_offset);
                 n += k;
                 match stop {
-                    SystemStop::End | SystemStop::General => break 'runs,
-                    SystemStop::Psb => break,
+                    SystemStop::End => break 'runs,
+                    SystemStop::Psb => break Then::Psb,
+                    SystemStop::General => {
+                        // A near indirect JMP or CALL, or a RET that does not compress, that ran
+                        // to its end (its target explains any next block): `block` reports it
+                        // to `Tracer::branch` alone (a TIP), below, between two runs. Anything
+                        // else is for `block`.
+                        let (r, last) = (&recs[n], &cur.0.last);
+                        let indirect = matches!(last.kind, BranchKind::IndirectJump | BranchKind::IndirectCall | BranchKind::Return);
+                        if !indirect || last.rep_string || cur.0.writes_cr3 || r.last_started() != last.ip {
+                            break 'runs;
+                        }
+                        break Then::Indirect;
+                    }
                     SystemStop::Time => {
                         // (`system_blocks` checked `last_started`.)
                         let r = &recs[n];
@@ -410,15 +429,31 @@ impl<B: BlockRef> SystemFlow<B> {
                         n += 1;
                         cur = (&**r.block(slot), pc.wrapping_sub(r.translated()));
                         if !more {
-                            break;
+                            break Then::Psb;
                         }
                     }
                 }
-            }
-            // The PSB period was reached with the last block that ran.
+            };
             drop(run);
-            before_psb(tracer, n);
-            tracer.psb_if_due(recs[n - 1].pc());
+            match then {
+                Then::Psb => {
+                    // The PSB period was reached with the last block that ran.
+                    clock(tracer, n);
+                    tracer.psb_if_due(recs[n - 1].pc());
+                }
+                Then::Indirect => {
+                    // At the block's time (`set_tsc`, as for `block`).
+                    let r = &recs[n];
+                    match time_offset {
+                        Some(offset) => tracer.set_tsc(r.tsc().wrapping_sub(offset)),
+                        None => clock(tracer, n + 1),
+                    }
+                    let (last, pc) = (cur.0.last.relocated(cur.1), r.pc());
+                    Tracer::branch(tracer, last.ip, last.nlip(), last.kind, pc);
+                    n += 1;
+                    cur = (&**r.block(slot), pc.wrapping_sub(r.translated()));
+                }
+            }
         }
         let delta = cur.1;
         if let Some(last) = n.checked_sub(1) {

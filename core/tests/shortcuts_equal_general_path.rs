@@ -385,9 +385,9 @@ impl RecordedBlock for SysRecorded {
 ///
 /// With `fixed_time`, as the plugin without MTC: the clock is sampled at every 64th block (the
 /// blocks' times are made to change only there), and the steady path runs at the tracer's time
-/// (no `time_offset`), setting the time of the latest sample only where it is used: before a
-/// PSB+ (`before_psb`) and at the end of the run. Otherwise each record carries its time
-/// (offset 0).
+/// (no `time_offset`), setting the time of the latest sample only where it may be used (the
+/// `clock` of `steady_records`: before a PSB+ or a TIP) and at the end of the run. Otherwise
+/// each record carries its time (offset 0).
 fn system_records_equal_blocks_one_at_a_time(seed: u64, rng: &mut Rng, cfg: TraceConfig, blocks: &mut [SysRecorded], fixed_time: bool, max_batch: u64) -> u64 {
     type Flow = SystemFlow<std::sync::Arc<SysBlock>>;
     if fixed_time {

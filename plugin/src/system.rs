@@ -977,8 +977,8 @@ impl Shared {
         // The time of each block as `run_recorded_block` gives it to the tracer: with MTC the
         // vCPU's sample (each record's `tsc` minus the offset). Otherwise the clock is read at
         // every 64th block (`blocks_since_tsc`; for the TSC of PSB+, the only packet of such a
-        // run that carries the time): here when it is used, before a PSB+, if one of the blocks
-        // before it was such a block, and at the end of the run.
+        // run that carries the time): here where it may be used (before a PSB+ or a TIP), if
+        // one of the blocks started by then was such a block, and at the end of the run.
         let mtc = v.msrs.ctl.mtc_en();
         let offset = self.tsc_offset.load(Ordering::Relaxed);
         let since = v.blocks_since_tsc;
