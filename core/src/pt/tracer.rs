@@ -1023,7 +1023,20 @@ impl Tracer {
 
     fn tip(&mut self, ip: u64) {
         self.stats.tips += 1;
-        self.emit_ip(Packet::Tip, Some(ip));
+        if self.ibuf.is_none() && self.log.is_none() {
+            // `emit_ip(Packet::Tip, ..)` when nothing but the output sees it: encoded without
+            // the generic encoder (as `emit_tnt`).
+            self.flush_tnt();
+            let payload = self.compress_ip(ip);
+            let before = self.out.len();
+            super::encode::push_ip(super::encode::opcode::TIP, payload, &mut self.out);
+            let n = (self.out.len() - before) as u64;
+            self.stats.packets += 1;
+            self.stats.bytes += n;
+            self.psb_bytes += n;
+        } else {
+            self.emit_ip(Packet::Tip, Some(ip));
+        }
     }
 
     /// A far transfer (SYSCALL/SYSRET/IRET/far JMP, CALL, RET, ...) retired and execution
