@@ -626,8 +626,8 @@ impl Tracer {
         }
     }
 
-    /// A full short TNT (the most frequent packet): `emit_raw` without the generic encoder when
-    /// nothing but the output sees it.
+    /// A short TNT of `count` (1 to 6) results, full or flushed (the most frequent packet):
+    /// `emit_raw` without the generic encoder when nothing but the output sees it.
     #[inline]
     fn emit_tnt(&mut self, bits: u8, count: u8) {
         if self.ibuf.is_none() && self.log.is_none() {
@@ -643,7 +643,8 @@ impl Tracer {
     /// Write out pending TNT bits (before any other packet, and when tracing stops).
     pub fn flush_tnt(&mut self) {
         if let Some((bits, count)) = self.tnt.take() {
-            self.emit_raw(Packet::Tnt { bits, count });
+            // (At most six results: a short TNT, `emit_tnt`'s fast path.)
+            self.emit_tnt(bits, count);
         }
     }
 
