@@ -56,4 +56,13 @@ if "$qemu" -plugin "$plugin,out=$tmp/rtit,trace=rtit,noretcomp=1,psb_period=3,mt
 else
   echo "FAIL valid trace=rtit options: $(cat "$tmp/err")"; fail=1
 fi
+# trace=off (the cost baseline): no stream, and meta.txt still names the binary and the end (it
+# registers no translation callback, so the binary's layout is noted at exit).
+if "$qemu" -plugin "$plugin,out=$tmp/off,trace=off" "$prog" >/dev/null 2>"$tmp/err" &&
+   ! ls "$tmp/off"/thread-* >/dev/null 2>&1 && grep -qx "trace=off" "$tmp/off/meta.txt" &&
+   grep -qx "binary=$prog" "$tmp/off/meta.txt" && grep -qx "end=exit" "$tmp/off/meta.txt"; then
+  echo "ok   trace=off: no stream; meta.txt names the binary and end=exit"
+else
+  echo "FAIL trace=off: $(cat "$tmp/err"; cat "$tmp/off/meta.txt" 2>/dev/null)"; fail=1
+fi
 exit $fail

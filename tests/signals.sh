@@ -83,6 +83,22 @@ else
   [ "$rc" = 143 ] || bad "threads: exit status $rc, want 143"
 fi
 
+# 2b. The same without truth=1: the execute callback's common case does not look for the signal
+#     itself (issue 13: the signal handler takes every ring's room away, `stop_appending`), so
+#     each vCPU parks at its next block and every stream still ends where its thread stopped:
+#     `pttrace decode` reads all 4 to their end without an error.
+d=$out/threads-notruth; rm -rf "$d"
+"$q" -plugin "$plugin,out=$d" "$bin/sigdie" threads >"$d.stdout" 2>"$d.stderr" &
+pid=$!; wait_ready "$d.stdout"; sleep 0.5; kill -TERM "$pid"; wait "$pid"; rc=$?
+checks=$((checks + 1))
+timeout 600 "$tool" decode "$d" --summary >/dev/null 2>"$d.decode"; drc=$?
+clean=$(grep -c '^pttrace: thread [0-9]*: [1-9][0-9]* instructions, .* 0 errors' "$d.decode")
+if [ "$rc" = 143 ] && [ "$drc" = 0 ] && [ "$clean" = 4 ]; then
+  echo "ok   SIGTERM from outside to a 4-thread program without truth=1: exit status 143; 4 streams decode to their end without error"
+else
+  bad "threads without truth=1: exit status $rc (want 143), decode exit $drc, $clean of 4 streams clean"; cat "$d.decode"
+fi
+
 # 3. SIGPIPE in a pipeline, as `seq 1 1000000 | head -2`.
 d=$out/pipe; rm -rf "$d"
 want=$("$bin/sigdie" pipe | head -2 | tr '\n' ' '; echo "${PIPESTATUS[0]}")

@@ -87,6 +87,31 @@ fn main() {
 
     // Full system (recorded blocks of one translation each, delta 0).
     let sys: Vec<&'static SysBlock> = blocks.iter().map(|&(pc, l)| &*Box::leak(Box::new(SysBlock::new(vec![pc, l.ip], l, false)))).collect();
+    // As the plugin records them: `last_started` is the previous block's last instruction (it
+    // was not left early).
+    struct SysRec {
+        block: &'static SysBlock,
+        last_started: u64,
+    }
+    impl pttrace_core::system_flow::RecordedBlock for SysRec {
+        type Block = &'static SysBlock;
+        fn pc(&self) -> u64 {
+            self.block.insns[0]
+        }
+        fn translated(&self) -> u64 {
+            self.block.insns[0]
+        }
+        fn last_started(&self) -> u64 {
+            self.last_started
+        }
+        fn tsc(&self) -> u64 {
+            0
+        }
+        fn block(&self, _slot: usize) -> &&'static SysBlock {
+            &self.block
+        }
+    }
+    let recs: Vec<SysRec> = (0..sys.len()).map(|k| SysRec { block: sys[k], last_started: sys[(k + sys.len() - 1) % sys.len()].last.ip }).collect();
     let mut t = Tracer::new(cfg, Context::KERNEL64);
     t.enable(0x401000);
     let mut flow = SystemFlow::<&'static SysBlock>::default();
@@ -102,12 +127,10 @@ fn main() {
     for _ in 0..n_rounds {
         let mut i = 0;
         while i < sys.len() {
-            // `last_started`: the previous block's last instruction (it was not left early).
-            let prev_last = |k: usize| sys[(k + sys.len() - 1) % sys.len()].last.ip;
-            i += flow.steady_run(&mut t, (i..sys.len()).map(|k| (sys[k].insns[0], 0, prev_last(k), 0, sys[k])));
-            if i < sys.len() {
-                let b = sys[i];
-                flow.block(&mut t, b.insns[0], &[b, b, b], 0, prev_last(i), &mut Cpu);
+            i += flow.steady_records(&mut t, &recs[i..], 2, None, |_, _| {});
+            if let Some(r) = recs.get(i) {
+                let b = r.block;
+                flow.block(&mut t, b.insns[0], &[b, b, b], 0, r.last_started, &mut Cpu);
                 i += 1;
             }
         }

@@ -46,11 +46,16 @@ pub struct ModelPlacement {
 
 impl Default for ModelPlacement {
     fn default() -> Self {
-        ModelPlacement { placement: Placement::Beside, since: None, waited: 0 }
+        Self::new()
     }
 }
 
 impl ModelPlacement {
+    /// The start: beside (on the encoder thread), no sample yet.
+    pub const fn new() -> Self {
+        ModelPlacement { placement: Placement::Beside, since: None, waited: 0 }
+    }
+
     pub fn placement(&self) -> Placement {
         self.placement
     }

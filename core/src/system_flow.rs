@@ -14,7 +14,7 @@
 
 use crate::insn_class::{BranchKind, ClassifiedInsn, FarKind};
 use crate::pt::packet::ExecMode;
-use crate::pt::tracer::{AsyncKind, Context, Tracer};
+use crate::pt::tracer::{AsyncKind, Context, SystemStop, Tracer};
 use crate::user_flow::DirectFlow;
 
 /// Where retirement events go: the Intel PT tracer, and in the plugin also the Branch Trace
@@ -94,6 +94,9 @@ pub struct SysBlock {
     /// (`insn_class::loads_branch_target`): the value loaded is the next RIP. Set by the
     /// embedder that sees the load (false from `new`).
     pub target_loaded: bool,
+    /// The last instruction is a near RET and not a REP string instruction: it may compress
+    /// (`SteadyRun::system_blocks`).
+    pub compressible_ret: bool,
 }
 
 const NO_SUCCESSOR: u64 = u64::MAX;
@@ -110,7 +113,8 @@ impl SysBlock {
             BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => [target, target],
             _ => [NO_SUCCESSOR, NO_SUCCESSOR],
         };
-        SysBlock { insns, last, writes_cr3, direct, succ, target_loaded: false }
+        let compressible_ret = last.kind == BranchKind::Return && !last.rep_string;
+        SysBlock { insns, last, writes_cr3, direct, succ, target_loaded: false, compressible_ret }
     }
 }
 
@@ -122,6 +126,22 @@ pub const fn mode_slot(mode: ExecMode) -> usize {
         ExecMode::Bit32 => 1,
         ExecMode::Bit64 => 2,
     }
+}
+
+/// A block as the full-system plugin recorded it when it executed (issue 13), run later by
+/// `SystemFlow::steady_records`.
+pub trait RecordedBlock {
+    type Block: BlockRef;
+    /// Its actual start (`pc` of `SystemFlow::block`).
+    fn pc(&self) -> u64;
+    /// Its start at translation (`pc` minus the `delta` of `SystemFlow::block`).
+    fn translated(&self) -> u64;
+    /// `last_started` as `SystemFlow::block` takes it.
+    fn last_started(&self) -> u64;
+    /// The clock sample it carries (its time with `steady_records`' `time_offset`).
+    fn tsc(&self) -> u64;
+    /// Its classification in mode slot `slot` (`mode_slot`).
+    fn block(&self, slot: usize) -> &Self::Block;
 }
 
 /// How the sequencer holds a translated block: `Arc<SysBlock>` (tests), or `&'static SysBlock`
@@ -349,50 +369,96 @@ impl<B: BlockRef> SystemFlow<B> {
         true
     }
 
-    /// A run of blocks, each reached from the one before along a fixed successor (fall-through,
-    /// direct JMP or CALL, either way of a Jcc) or by a RET that compresses, while the tracer is
-    /// in its steady state (issue 13): what `block` does for each of them with Intel PT as the
-    /// only sink, with the tracer's per-block bookkeeping in registers
-    /// (`Tracer::steady_run_at_fixed_time`). `blocks` yields, per block, its actual start, its
-    /// `delta` and `last_started` (as for `block`), the time it started at (`set_tsc`; an MTC that
-    /// time calls for goes out in the run, `SteadyRun::retired_at`; a run ends at a time that
-    /// needs more: TSC + TMA, or an MTC reaching the PSB period) and its
-    /// classification in the current mode (a run has no far transfer, so the mode does not
-    /// change). Returns how many blocks ran; the first one not run (if the iterator yielded
-    /// more) is for `block`, after `set_tsc` with its time.
-    pub fn steady_run(&mut self, tracer: &mut Tracer, blocks: impl Iterator<Item = (u64, u64, u64, u64, B)>) -> usize {
+    /// A run of recorded blocks (issue 13: the full-system plugin's ring), each reached from the
+    /// one before along a fixed successor (fall-through, direct JMP or CALL, either way of a Jcc)
+    /// or by a RET that compresses, while the tracer is in its steady state: what `block` does
+    /// for each of them with Intel PT as the only sink, in the out-of-line loop
+    /// `SteadyRun::system_blocks` (the tracer's per-block bookkeeping in registers). The blocks
+    /// are classified in mode slot `slot` (a run has no far transfer, so the mode does not
+    /// change). With `time_offset`, each block's time is its `tsc()` minus it (an MTC a new time
+    /// calls for goes out in the run, `SteadyRun::retired_at`; a time that needs more, TSC + TMA
+    /// or an MTC reaching the PSB period, ends it); without, the time is the tracer's, and
+    /// `clock` may set it (`Tracer::set_tsc`) wherever the run may use it, given how many of
+    /// `recs` have started by then: before each PSB+ and each near indirect transfer (a caller
+    /// that samples its clock every so many blocks samples it there, where the time is used).
+    /// A near indirect JMP or CALL, or a RET that does not compress, goes to `Tracer::branch`
+    /// (its TIP) between two runs, as `block` reports it. Returns how many blocks ran; the first
+    /// one not run (if any) is for `block`, after `set_tsc` with its time.
+    pub fn steady_records<R: RecordedBlock<Block = B>>(
+        &mut self,
+        tracer: &mut Tracer,
+        recs: &[R],
+        slot: usize,
+        time_offset: Option<u64>,
+        mut clock: impl FnMut(&mut Tracer, usize),
+    ) -> usize {
         let Position::After(prev) = &self.pos else { return 0 };
-        let (mut cur, mut delta) = (prev.block.clone(), prev.delta);
-        let mut blocks = blocks.into_iter();
+        let mut cur: (&SysBlock, u64) = (&prev.block, prev.delta);
         let mut n = 0;
-        loop {
+        // What ended a run of the tracer's steady state.
+        enum Then {
+            Psb,
+            Indirect,
+        }
+        'runs: while n < recs.len() {
             let Some(mut run) = tracer.steady_run_at_fixed_time() else { break };
-            // Some(pc): the PSB period was reached with the block at `pc` (it ran).
-            let psb_at = loop {
-                let Some((pc, d, last_started, tsc, b)) = blocks.next() else { break None };
-                // The previous block's last instruction started (QEMU did not leave it early)
-                // and its fixed successors explain this block (or it is a compressed RET); where
-                // the clock moved, the MTC it calls for goes out first (`retired_at`).
-                if last_started != cur.last.ip {
-                    break None;
-                }
-                let end = cur.direct.explains(pc.wrapping_sub(delta)).then(|| cur.direct.relocated(delta));
-                let Some(more) = run.retired_at(&cur.last, end.as_ref(), pc, tsc) else { break None };
-                n += 1;
-                (cur, delta) = (b, d);
-                if !more {
-                    break Some(pc);
+            let then = loop {
+                let (k, stop) = run.system_blocks(&mut cur, &recs[n..], slot, time_offset);
+                n += k;
+                match stop {
+                    SystemStop::End => break 'runs,
+                    SystemStop::Psb => break Then::Psb,
+                    SystemStop::General => {
+                        // A near indirect JMP or CALL, or a RET that does not compress, that ran
+                        // to its end (its target explains any next block): `block` reports it
+                        // to `Tracer::branch` alone (a TIP), below, between two runs. Anything
+                        // else is for `block`.
+                        let (r, last) = (&recs[n], &cur.0.last);
+                        let indirect = matches!(last.kind, BranchKind::IndirectJump | BranchKind::IndirectCall | BranchKind::Return);
+                        if !indirect || last.rep_string || cur.0.writes_cr3 || r.last_started() != last.ip {
+                            break 'runs;
+                        }
+                        break Then::Indirect;
+                    }
+                    SystemStop::Time => {
+                        // (`system_blocks` checked `last_started`.)
+                        let r = &recs[n];
+                        let (pc, tsc) = (r.pc(), r.tsc().wrapping_sub(time_offset.unwrap_or(0)));
+                        let end = cur.0.direct.explains(pc.wrapping_sub(cur.1)).then(|| cur.0.direct.relocated(cur.1));
+                        let Some(more) = run.retired_at(&cur.0.last, end.as_ref(), pc, tsc) else { break 'runs };
+                        n += 1;
+                        cur = (&**r.block(slot), pc.wrapping_sub(r.translated()));
+                        if !more {
+                            break Then::Psb;
+                        }
+                    }
                 }
             };
             drop(run);
-            match psb_at {
-                Some(pc) => tracer.psb_if_due(pc),
-                None => break,
+            match then {
+                Then::Psb => {
+                    // The PSB period was reached with the last block that ran.
+                    clock(tracer, n);
+                    tracer.psb_if_due(recs[n - 1].pc());
+                }
+                Then::Indirect => {
+                    // At the block's time (`set_tsc`, as for `block`).
+                    let r = &recs[n];
+                    match time_offset {
+                        Some(offset) => tracer.set_tsc(r.tsc().wrapping_sub(offset)),
+                        None => clock(tracer, n + 1),
+                    }
+                    let (last, pc) = (cur.0.last.relocated(cur.1), r.pc());
+                    Tracer::branch(tracer, last.ip, last.nlip(), last.kind, pc);
+                    n += 1;
+                    cur = (&**r.block(slot), pc.wrapping_sub(r.translated()));
+                }
             }
         }
-        if n > 0 {
+        let delta = cur.1;
+        if let Some(last) = n.checked_sub(1) {
             self.stats.blocks += n as u64;
-            self.pos = Position::After(Executed { block: cur, delta, counted: 0 });
+            self.pos = Position::After(Executed { block: recs[last].block(slot).clone(), delta, counted: 0 });
         }
         n
     }

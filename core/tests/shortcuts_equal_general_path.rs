@@ -8,7 +8,7 @@
 use pttrace_core::insn_class::{BranchKind, ClassifiedInsn, FarKind};
 use pttrace_core::pt::rtit_ctl::{AddrCfg, AddrRange, RtitCtl};
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
-use pttrace_core::system_flow::{CpuView, SysBlock, SystemFlow};
+use pttrace_core::system_flow::{CpuView, RecordedBlock, SysBlock, SystemFlow};
 use pttrace_core::rtit::msr::{EventId, RtitEvents};
 use pttrace_core::rtit::setup::{RangeUse, RtitConfig, RtitStream};
 use pttrace_core::rtit::RtitOptions;
@@ -350,28 +350,117 @@ impl CpuView for FixedCpu {
     }
 }
 
+/// A block as the full-system plugin records it (`RecordedBlock`): actual start, delta,
+/// `last_started`, clock sample, classification.
+struct SysRecorded {
+    pc: u64,
+    delta: u64,
+    last_started: u64,
+    tsc: u64,
+    block: std::sync::Arc<SysBlock>,
+}
+
+impl RecordedBlock for SysRecorded {
+    type Block = std::sync::Arc<SysBlock>;
+    fn pc(&self) -> u64 {
+        self.pc
+    }
+    fn translated(&self) -> u64 {
+        self.pc.wrapping_sub(self.delta)
+    }
+    fn last_started(&self) -> u64 {
+        self.last_started
+    }
+    fn tsc(&self) -> u64 {
+        self.tsc
+    }
+    fn block(&self, _slot: usize) -> &Self::Block {
+        &self.block
+    }
+}
+
+/// Runs `blocks` in random batches through `SystemFlow::steady_records` (the rest of each batch
+/// one block at a time through `block`, as the plugin does) and through `block` alone; the
+/// same bytes, flow and tracer counters and resume point. Returns the PSB+ count.
+///
+/// With `fixed_time`, as the plugin without MTC: the clock is sampled at every 64th block (the
+/// blocks' times are made to change only there), and the steady path runs at the tracer's time
+/// (no `time_offset`), setting the time of the latest sample only where it may be used (the
+/// `clock` of `steady_records`: before a PSB+ or a TIP) and at the end of the run. Otherwise
+/// each record carries its time (offset 0).
+fn system_records_equal_blocks_one_at_a_time(seed: u64, rng: &mut Rng, cfg: TraceConfig, blocks: &mut [SysRecorded], fixed_time: bool, max_batch: u64) -> u64 {
+    type Flow = SystemFlow<std::sync::Arc<SysBlock>>;
+    if fixed_time {
+        let mut t = blocks[0].tsc;
+        for (i, r) in blocks.iter_mut().enumerate() {
+            if i % 64 == 63 {
+                t = r.tsc;
+            }
+            r.tsc = t;
+        }
+    }
+    let mut batch = Tracer::new(cfg, Context::KERNEL64);
+    let mut single = Tracer::new(cfg, Context::KERNEL64);
+    batch.set_tsc(blocks[0].tsc);
+    single.set_tsc(blocks[0].tsc);
+    batch.enable(blocks[0].pc);
+    single.enable(blocks[0].pc);
+    let (mut fb, mut fs) = (Flow::default(), Flow::default());
+    let offset = (!fixed_time).then_some(0);
+    let mut at = 0;
+    while at < blocks.len() {
+        let end = (at + 1 + rng.below(max_batch) as usize).min(blocks.len());
+        let mut i = at;
+        while i < end {
+            let run = &blocks[i..end];
+            let k = fb.steady_records(&mut batch, run, 2, offset, |t, ran| {
+                if fixed_time {
+                    t.set_tsc(run[ran - 1].tsc);
+                }
+            });
+            if fixed_time && k > 0 {
+                batch.set_tsc(run[k - 1].tsc);
+            }
+            i += k;
+            if i < end {
+                let r = &blocks[i];
+                batch.set_tsc(r.tsc);
+                fb.block(&mut batch, r.pc, &[r.block.clone(), r.block.clone(), r.block.clone()], r.delta, r.last_started, &mut FixedCpu);
+                i += 1;
+            }
+        }
+        for r in &blocks[at..end] {
+            single.set_tsc(r.tsc);
+            fs.block(&mut single, r.pc, &[r.block.clone(), r.block.clone(), r.block.clone()], r.delta, r.last_started, &mut FixedCpu);
+        }
+        at = end;
+        assert_eq!(batch.resume_point(), single.resume_point(), "seed {seed}");
+    }
+    let (a, b) = (batch.take_output(), single.take_output());
+    assert!(!b.is_empty());
+    assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
+    assert_eq!(fb.stats(), fs.stats(), "seed {seed}");
+    assert_eq!(batch.stats(), single.stats(), "seed {seed}");
+    single.stats().psbs
+}
+
 #[test]
 fn system_steady_run_equals_blocks_one_at_a_time() {
-    // `SystemFlow::steady_run` (the full-system plugin's path for recorded blocks: runs of fixed
-    // successors with the tracer's bookkeeping in registers) against `SystemFlow::block` one
-    // block at a time: PC-relative translations (each block runs at its translation address
-    // plus a page-multiple delta), blocks QEMU left early (`last_started` elsewhere), MOV CR3,
-    // REP strings, indirect and far transfers, unexplained successors, PSB periods, a clock
-    // that moves now and then (MTC inside runs; now and then far enough for TSC + TMA) and
-    // configurations without the steady state, in random
-    // batch sizes: the same bytes, flow and tracer counters and resume point.
-    type Flow = SystemFlow<std::sync::Arc<SysBlock>>;
+    // `SystemFlow::steady_records` (the full-system plugin's path for recorded blocks: runs of
+    // fixed successors with the tracer's bookkeeping in registers, `SteadyRun::system_blocks`)
+    // against `SystemFlow::block` one block at a time: PC-relative translations (each block
+    // runs at its translation address plus a page-multiple delta), blocks QEMU left early
+    // (`last_started` elsewhere), MOV CR3, REP strings, indirect and far transfers, unexplained
+    // successors, PSB periods, a clock that moves now and then (MTC inside runs; now and then
+    // far enough for TSC + TMA), or only between batches at the tracer's time, and
+    // configurations without the steady state, in random batch sizes: the same bytes, flow and
+    // tracer counters and resume point.
     const DELTAS: [u64; 3] = [0, 0x7f00_0000_0000, 0xffff_8000_0000_0000];
-    for seed in 0..300u64 {
+    for seed in 0..400u64 {
         let mut rng = Rng(5000 + seed);
         let mut cfg = config(&mut rng);
         cfg.ctl.set_os(true);
-        let mut batch = Tracer::new(cfg, Context::KERNEL64);
-        let mut single = Tracer::new(cfg, Context::KERNEL64);
         let mut pc = 0x401000 + DELTAS[0];
-        batch.enable(pc);
-        single.enable(pc);
-        // (actual pc, delta, last_started, time, block)
         let mut blocks = Vec::new();
         let mut tsc = 1000;
         let mut calls: Vec<u64> = Vec::new();
@@ -387,7 +476,7 @@ fn system_steady_run_equals_blocks_one_at_a_time() {
             if rng.below(500) == 0 {
                 tsc += 1 << 20;
             }
-            blocks.push((pc, delta, last_started, tsc, b.clone()));
+            blocks.push(SysRecorded { pc, delta, last_started, tsc, block: b.clone() });
             let last = b.last.relocated(delta);
             last_started = if rng.below(200) == 0 { b.insns[0] } else { b.last.ip };
             pc = match last.kind {
@@ -409,32 +498,60 @@ fn system_steady_run_equals_blocks_one_at_a_time() {
                 pc = 0x405000; // unexplained
             }
         }
-        let (mut fb, mut fs) = (Flow::default(), Flow::default());
-        let mut at = 0;
-        while at < blocks.len() {
-            let end = (at + 1 + rng.below(700) as usize).min(blocks.len());
-            let mut i = at;
-            while i < end {
-                i += fb.steady_run(&mut batch, blocks[i..end].iter().map(|(p, d, l, t, b)| (*p, *d, *l, *t, b.clone())));
-                if i < end {
-                    let (p, d, l, t, b) = &blocks[i];
-                    batch.set_tsc(*t);
-                    fb.block(&mut batch, *p, &[b.clone(), b.clone(), b.clone()], *d, *l, &mut FixedCpu);
-                    i += 1;
-                }
-            }
-            for (p, d, l, t, b) in &blocks[at..end] {
-                single.set_tsc(*t);
-                fs.block(&mut single, *p, &[b.clone(), b.clone(), b.clone()], *d, *l, &mut FixedCpu);
-            }
-            at = end;
-            assert_eq!(batch.resume_point(), single.resume_point(), "seed {seed}");
+        // (As the plugin: a clock sampled every 64th block only without MTC.)
+        let fixed_time = seed % 2 == 1 && !cfg.ctl.mtc_en();
+        system_records_equal_blocks_one_at_a_time(seed, &mut rng, cfg, &mut blocks, fixed_time, 700);
+    }
+}
+
+#[test]
+fn system_steady_records_reach_the_psb_period_inside_long_runs() {
+    // Long runs that only the steady loop handles (Jcc either way, a direct CALL, a RET that
+    // compresses, JMP back; each block at one of two deltas), in batches as large as the
+    // plugin's ring: the PSB period is reached inside a batch, after which the batch continues;
+    // PSB+ must follow the very block whose TNT packet reached it. With MTC the clock sample
+    // moves every 16 blocks, as the plugin samples it.
+    const DELTAS: [u64; 2] = [0, 0x7f00_0000_0000];
+    // (start, last instruction): translated at these addresses.
+    let block = |start: u64, ip: u64, len: u8, kind: BranchKind| {
+        let insns = vec![start, start + 4, ip];
+        std::sync::Arc::new(SysBlock::new(insns, ClassifiedInsn { ip, len, kind, rep_string: false }, false))
+    };
+    let jcc = block(0x401000, 0x401010, 2, BranchKind::Conditional { target: 0x401040 });
+    let call = block(0x401040, 0x401050, 5, BranchKind::DirectCall { target: 0x402000 });
+    let ret = block(0x402000, 0x402008, 1, BranchKind::Return);
+    let jmp = block(0x401055, 0x401060, 2, BranchKind::DirectJump { target: 0x401000 });
+    let jmp2 = block(0x401012, 0x401020, 2, BranchKind::DirectJump { target: 0x401000 });
+    for seed in 0..24u64 {
+        let mut rng = Rng(7000 + seed);
+        let mut ctl = RtitCtl::default();
+        ctl.set_os(true).set_branch_en(true).set_tsc_en(seed % 2 == 0).set_psb_freq((seed / 2 % 2) as u8);
+        let mtc = seed % 3 == 0;
+        if mtc {
+            ctl.set_mtc_en(true).set_mtc_freq(seed as u8 % 4);
         }
-        let (a, b) = (batch.take_output(), single.take_output());
-        assert!(!b.is_empty());
-        assert!(a == b, "seed {seed}: streams differ (first at byte {:?})", a.iter().zip(&b).position(|(x, y)| x != y));
-        assert_eq!(fb.stats(), fs.stats(), "seed {seed}");
-        assert_eq!(batch.stats(), single.stats(), "seed {seed}");
+        let cfg = TraceConfig { ctl, ..TraceConfig::default() };
+        let mut blocks: Vec<SysRecorded> = Vec::new();
+        let mut tsc = 1 << 24;
+        let mut delta = DELTAS[0];
+        while blocks.len() < 200_000 {
+            // Now and then the code runs at the other address (the JMP back is then unexplained).
+            if rng.below(500) == 0 {
+                delta = DELTAS[rng.below(2) as usize];
+            }
+            let path: &[&std::sync::Arc<SysBlock>] = if rng.below(3) != 0 { &[&jcc, &call, &ret, &jmp] } else { &[&jcc, &jmp2] };
+            for b in path {
+                // Every block ran to its last instruction; the vCPU's clock sample moves every
+                // 16 blocks (with MTC; without, the time is sampled every 64th block).
+                let last_started = blocks.last().map_or(0, |r| r.block.last.ip);
+                if blocks.len() % 16 == 0 {
+                    tsc += 40 + (blocks.len() as u64 % 7) * 100;
+                }
+                blocks.push(SysRecorded { pc: b.insns[0] + delta, delta, last_started, tsc, block: (*b).clone() });
+            }
+        }
+        let psbs = system_records_equal_blocks_one_at_a_time(seed, &mut rng, cfg, &mut blocks, !mtc && seed % 4 < 2, 1024);
+        assert!(psbs >= 5, "seed {seed}: PSB periods reached {psbs}");
     }
 }
 

@@ -68,6 +68,9 @@ struct Hooks {
     on_fatal: fn(c_int),
     /// Periodic flush; called every FLUSH_INTERVAL on the finisher thread.
     on_tick: fn(),
+    /// Called inside the signal handler once the signal is pending (atomic stores only): stop
+    /// the vCPUs' common case, whose next block then looks at `pending` and parks.
+    on_pending: fn(),
 }
 static HOOKS: OnceLock<Hooks> = OnceLock::new();
 
@@ -75,6 +78,12 @@ static HOOKS: OnceLock<Hooks> = OnceLock::new();
 #[inline(always)]
 pub fn pending() -> bool {
     PENDING.load(Ordering::Relaxed) != 0
+}
+
+/// `pending` as a sequentially consistent load (for a Dekker-style check against a store the
+/// caller just made).
+pub fn pending_seqcst() -> bool {
+    PENDING.load(Ordering::SeqCst) != 0
 }
 
 /// The flush epoch (see `FLUSH_INTERVAL`).
@@ -96,7 +105,10 @@ pub fn park() -> ! {
 extern "C" fn on_signal(sig: c_int) {
     // SAFETY: errno of this thread, saved and restored around the write (async-signal-safe).
     let errno = unsafe { *libc::__errno_location() };
-    if PENDING.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+    if PENDING.compare_exchange(0, sig, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
+        if let Some(h) = HOOKS.get() {
+            (h.on_pending)();
+        }
         let fd = PIPE_W.load(Ordering::Acquire);
         let bytes = sig.to_ne_bytes();
         // SAFETY: write(2) is async-signal-safe; the buffer lives on this stack.
@@ -132,8 +144,8 @@ fn claim_if_default(sig: c_int) {
 
 /// Claim every default-fatal signal still at SIG_DFL and start the finisher thread. Call once,
 /// after QEMU's `signal_init` (from the first vCPU's init).
-pub fn install(on_fatal: fn(c_int), on_tick: fn()) -> std::io::Result<()> {
-    if HOOKS.set(Hooks { on_fatal, on_tick }).is_err() {
+pub fn install(on_fatal: fn(c_int), on_tick: fn(), on_pending: fn()) -> std::io::Result<()> {
+    if HOOKS.set(Hooks { on_fatal, on_tick, on_pending }).is_err() {
         return Ok(());
     }
     let mut fds = [0 as c_int; 2];

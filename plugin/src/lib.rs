@@ -101,12 +101,22 @@ impl Register for PtTrace {
     /// The callbacks without the crate's global lock (see `HasCallbacks for PtTrace`).
     fn register_default(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
         SYSTEM_MODE.store(info.system.is_some(), Ordering::Relaxed);
-        register_common_callbacks(id)?;
-        if info.system.is_none() {
+        qemu_plugin::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init))?;
+        qemu_plugin::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit))?;
+        self.register(id, args, info)?;
+        // User mode with `trace=off` (the cost baseline, issue 13's `trace=off` <= 1.03x)
+        // registers neither a translation callback (QEMU then runs its plugin instrumentation
+        // pass over every block: ~15 M instructions on the 6-thread corpus program) nor
+        // system-call callbacks (~230 instructions each). Tracing runs need both: system calls
+        // end runs, start forked children and note code mappings.
+        if info.system.is_some() || user::SHARED.get().is_some_and(|sh| sh.traces()) {
+            qemu_plugin::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_translation_block_translate))?;
+        }
+        if user::SHARED.get().is_some_and(|sh| sh.traces()) {
             qemu_plugin::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
             qemu_plugin::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_return));
         }
-        self.register(id, args, info)
+        Ok(())
     }
 
     fn register(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
@@ -128,7 +138,8 @@ impl Register for PtTrace {
     }
 }
 
-/// The callbacks both modes register at install.
+/// The callbacks a full-system run registers at install (`register_default`) and again after a
+/// reset.
 fn register_common_callbacks(id: PluginId) -> qemu_plugin::Result<()> {
     qemu_plugin::qemu_plugin_register_vcpu_init_cb(id, Some(on_vcpu_init))?;
     qemu_plugin::qemu_plugin_register_vcpu_exit_cb(id, Some(on_vcpu_exit))?;

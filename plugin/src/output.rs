@@ -340,18 +340,26 @@ impl CodeImage {
     }
 
     /// Paint `code` at `pc` onto the latest bytes; true if a byte recorded before differs.
+    /// One page lookup per page the bytes touch, not one per byte.
     fn paint(&self, st: &mut CodeState, pc: u64, code: &[u8]) -> bool {
         let mut conflict = false;
-        for (i, &b) in code.iter().enumerate() {
-            let a = pc.wrapping_add(i as u64);
+        let mut off = 0;
+        while off < code.len() {
+            let a = pc.wrapping_add(off as u64);
+            let j0 = (a & 0xfff) as usize;
+            let n = (4096 - j0).min(code.len() - off);
             let page = st.pages.entry(a >> 12).or_insert_with(|| Box::new(([0; 4096], [0; 64])));
-            let j = (a & 0xfff) as usize;
-            if page.1[j / 64] >> (j % 64) & 1 != 0 {
-                conflict |= page.0[j] != b;
-            } else {
-                page.1[j / 64] |= 1 << (j % 64);
+            for (k, &b) in code[off..off + n].iter().enumerate() {
+                let j = j0 + k;
+                let bit = 1u64 << (j % 64);
+                if page.1[j / 64] & bit != 0 {
+                    conflict |= page.0[j] != b;
+                } else {
+                    page.1[j / 64] |= bit;
+                }
             }
-            page.0[j] = b;
+            page.0[j0..j0 + n].copy_from_slice(&code[off..off + n]);
+            off += n;
         }
         conflict
     }

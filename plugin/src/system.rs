@@ -39,7 +39,7 @@ use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_cpu::{self, rdmsr::Rdmsr, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, MsrInsn, Reg, SystemCpu};
-use pttrace_core::system_flow::{mode_slot, pick_successor, successor_pc, CpuView, RetireSink, SysBlock, SystemFlow};
+use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RecordedBlock, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
 use std::fmt::Write as _;
@@ -357,9 +357,15 @@ struct RecordStep {
     last_ip: u64,
     /// `SysBlock::page_successors` (zeros when there are none).
     succ: [u64; 2],
-    /// The next block's address follows from `succ` by its page offset alone, and the state in
-    /// which blocks are only recorded continues after this one (`!ends`).
-    follows: bool,
+    /// The page offsets of `succ` when the next block's address follows from them by its page
+    /// offset alone and the state in which blocks are only recorded continues after this one
+    /// (`!ends`); else `KEY_NO_SUCCESSOR` twice. The block callback compares them with the next
+    /// block's `key`: one compare per candidate tells that the successor follows, which one it
+    /// is, and that the next block may be recorded (`pick_successor`'s choice, in that order).
+    succ_key: [u64; 2],
+    /// The page offset of the block's start, or `KEY_NOT_RECORDABLE` with it when the block may
+    /// not be only recorded in this mode (`!recordable`).
+    key: u64,
     /// The block's end leaves the recorded state (`ends_recording`: it may change the mode,
     /// writes CR3 or is a far transfer): the next block runs the model.
     ends: bool,
@@ -374,15 +380,26 @@ struct RecordStep {
     recordable: bool,
 }
 
+/// `RecordStep::key` bit of a block that may not be only recorded: no successor key matches it.
+const KEY_NOT_RECORDABLE: u64 = 1 << 12;
+/// `RecordStep::succ_key` of a block whose successor does not follow by its page offset: no
+/// block's key matches it.
+const KEY_NO_SUCCESSOR: u64 = 1 << 13;
+
 impl RecordStep {
-    fn new(block: &'static SysBlock, changes_mode: bool, recordable: bool) -> Self {
+    fn new(pc: u64, block: &'static SysBlock, changes_mode: bool, recordable: bool) -> Self {
         let ends = ends_recording(block, changes_mode);
         let succ = block.page_successors();
+        let follows = !ends && succ.is_some();
         RecordStep {
             block,
             last_ip: block.last.ip,
             succ: succ.unwrap_or([0, 0]),
-            follows: !ends && succ.is_some(),
+            succ_key: match succ {
+                Some([a, b]) if follows => [a & 0xFFF, b & 0xFFF],
+                _ => [KEY_NO_SUCCESSOR; 2],
+            },
+            key: (pc & 0xFFF) | if recordable { 0 } else { KEY_NOT_RECORDABLE },
             loads_next: !ends
                 && block.target_loaded
                 && matches!(block.last.kind, BranchKind::IndirectJump | BranchKind::IndirectCall | BranchKind::Return),
@@ -537,30 +554,109 @@ struct Recorded {
     tsc: u64,
 }
 
+impl RecordedBlock for Recorded {
+    type Block = &'static SysBlock;
+    #[inline(always)]
+    fn pc(&self) -> u64 {
+        self.pc
+    }
+    #[inline(always)]
+    fn translated(&self) -> u64 {
+        self.info.pc
+    }
+    #[inline(always)]
+    fn last_started(&self) -> u64 {
+        self.last_started
+    }
+    #[inline(always)]
+    fn tsc(&self) -> u64 {
+        self.tsc
+    }
+    #[inline(always)]
+    fn block(&self, slot: usize) -> &&'static SysBlock {
+        // (`steps[slot]` holds `by_mode[slot]`; four of them: no bounds check.)
+        &self.info.steps[slot & 3].block
+    }
+}
+
 /// What the block callback keeps for a vCPU outside the model's lock, used only on the vCPU's own
 /// thread (issue 13): enough to find the next block's actual address after a direct transfer (or
-/// read RIP after a near indirect one) and to record the block in the vCPU's ring.
+/// read RIP after a near indirect one) and to record the block in the vCPU's ring. The fields
+/// the common case reads come first (`repr(C)`: on one cache line).
+#[repr(C)]
 struct Front {
-    /// Blocks that may be recorded only before the model must run at a block boundary again
-    /// (`Shared::record_budget`); 0: the next block runs the model.
-    budget: u32,
-    /// The block that ran last in the mode it ran in, and its `pc_delta` (None: the next block's
-    /// address does not follow from it; the model runs it).
-    after: Option<(&'static RecordStep, u64)>,
-    /// The slot (`mode_slot`) of the tracked execution mode (the model's context; unchanged
-    /// while blocks are only recorded).
-    slot: usize,
-    /// RIP after near indirect transfers.
-    regs: Regs,
+    last_started: Slot,
+    /// The block that ran last in the mode it ran in (`no_step`: the next block's address does
+    /// not follow from it; the model runs it) ...
+    prev: &'static RecordStep,
+    /// ... and its `pc_delta`.
+    delta: u64,
+    /// Where `BlockInfo::steps` holds the step of the tracked execution mode's slot
+    /// (`mode_slot`; the model's context, unchanged while blocks are only recorded), in bytes
+    /// from the start of a `BlockInfo` (`Front::step`).
+    step_off: usize,
+    /// Blocks the common case may still record without looking further (`refill`): no more
+    /// than the budget, the ring's room and, with MTC, the blocks before the next sample of the
+    /// host TSC. 0: every block takes `Shared::record_block_general`.
+    left: u32,
+    ring: &'static BlockRing<Recorded>,
+    tsc: u64,
     /// The target the last near RET or indirect JMP/CALL through memory loaded
     /// (`on_target_load`), taken by the block after it: its new RIP without a register read.
     loaded_rip: Option<u64>,
-    last_started: Slot,
-    ring: &'static BlockRing<Recorded>,
+    /// `left` when last refilled (`sync` counts the blocks recorded since).
+    granted: u32,
+    /// Blocks that may be recorded only before the model must run at a block boundary again
+    /// (`Shared::record_budget`); 0: the next block runs the model. Up to date after `sync`.
+    budget: u32,
+    /// With MTC, blocks until the host TSC is sampled again (u32::MAX without). Up to date
+    /// after `sync`.
+    tsc_countdown: u32,
     /// IA32_RTIT_CTL.MTCEn: the host TSC is sampled as blocks execute (`tsc`, `tsc_countdown`).
     mtc: bool,
-    tsc: u64,
-    tsc_countdown: u32,
+    /// The step `prev` holds while nothing follows (its last instruction matches no
+    /// `last_started`, or no successor key and no loaded target).
+    no_step: &'static RecordStep,
+    /// RIP after near indirect transfers.
+    regs: Regs,
+}
+
+impl Front {
+    /// The block that ran last and its `pc_delta`, if the next block's address may follow.
+    fn after(&self) -> Option<(&'static RecordStep, u64)> {
+        (!std::ptr::eq(self.prev, self.no_step)).then_some((self.prev, self.delta))
+    }
+
+    fn set_after(&mut self, after: Option<(&'static RecordStep, u64)>) {
+        (self.prev, self.delta) = after.unwrap_or((self.no_step, 0));
+    }
+
+    /// Track execution mode slot `slot` (`mode_slot`).
+    fn set_slot(&mut self, slot: usize) {
+        self.step_off = std::mem::offset_of!(BlockInfo, steps) + (slot & 3) * std::mem::size_of::<RecordStep>();
+    }
+
+    /// `info`'s step in the tracked mode slot.
+    #[inline(always)]
+    fn step(&self, info: &'static BlockInfo) -> &'static RecordStep {
+        // SAFETY: `step_off` is the offset of one of `info.steps` (`set_slot`).
+        unsafe { &*(info as *const BlockInfo).cast::<u8>().add(self.step_off).cast::<RecordStep>() }
+    }
+
+    /// `budget` and `tsc_countdown` less the blocks the common case recorded since `refill`.
+    fn sync(&mut self) {
+        let used = self.granted - self.left;
+        self.budget -= used;
+        self.tsc_countdown -= used;
+        self.granted = self.left;
+    }
+
+    /// `left` from `budget`, the ring's room and `tsc_countdown` (the block at which it reaches
+    /// 0 samples the host TSC: `record_block_general`).
+    fn refill(&mut self) {
+        self.left = self.budget.min(self.ring.room() as u32).min(self.tsc_countdown.saturating_sub(1));
+        self.granted = self.left;
+    }
 }
 
 struct FrontCell(UnsafeCell<Option<Front>>);
@@ -672,6 +768,9 @@ pub struct Shared {
 }
 
 pub static SHARED: OnceLock<Shared> = OnceLock::new();
+
+/// Per vCPU, its `Front` (set once by `vcpu_init`; null until then).
+static FRONTS: [std::sync::atomic::AtomicPtr<Front>; MAX_VCPUS] = [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; MAX_VCPUS];
 
 /// The host's time stamp counter. QEMU's TCG answers the guest's RDTSC from the host TSC minus
 /// an offset fixed when the VM starts (cpu_get_ticks) plus IA32_TSC adjustments; the plugin
@@ -793,8 +892,8 @@ impl Shared {
                 if front.budget != 0 && self.lbr_recording(v) {
                     v.record_clock = self.core_clock(v);
                 }
-                front.after = v.after.filter(|&(step, _)| !step.ends);
-                front.slot = mode_slot(v.tracer.context().mode);
+                front.set_after(v.after.filter(|&(step, _)| !step.ends));
+                front.set_slot(mode_slot(v.tracer.context().mode));
                 front.mtc = v.msrs.ctl.mtc_en();
                 if front.mtc {
                     front.tsc = host_tsc().unwrap_or(0);
@@ -802,6 +901,7 @@ impl Shared {
                 } else {
                     front.tsc_countdown = u32::MAX;
                 }
+                front.refill();
             }
         }
     }
@@ -831,69 +931,97 @@ impl Shared {
             self.run_recorded_counting(v, recs);
             return recs.len();
         }
+        // The output of the blocks run here is handed on once, after the last of them, as if
+        // each had ended with `block_output` (the hold counts blocks): they were recorded
+        // within the output unit's quiet room (`record_budget`), so storing their bytes later
+        // changes nothing but when they arrive.
+        let mut unhanded = 0u32;
         let mut i = 0;
         while i < recs.len() {
-            i += self.run_recorded_steady(v, &recs[i..], may_store);
+            let n = self.run_recorded_steady(v, &recs[i..]);
+            i += n;
+            unhanded += n as u32;
             if let Some(&r) = recs.get(i) {
-                self.run_recorded_block(v, r, may_store);
+                if v.tracer.trace_en() && v.output_active {
+                    self.run_recorded_block(v, r);
+                    unhanded += 1;
+                } else {
+                    self.output_after(v, unhanded, may_store);
+                    unhanded = 0;
+                    self.run_block(v, r.info, r.pc, r.last_started, may_store);
+                }
                 i += 1;
             }
         }
+        self.output_after(v, unhanded, may_store);
         recs.len()
     }
 
-    /// The longest prefix of `recs` that `SystemFlow::steady_run` can take (fixed successors,
-    /// the tracer in its steady state: no timing packets, no filter ranges), run as
-    /// `run_recorded_block` would run each of them; returns how many ran (issue 13).
-    fn run_recorded_steady(&self, v: &mut Vcpu, recs: &[Recorded], may_store: bool) -> usize {
-        if !(v.tracer.trace_en() && v.output_active) {
+    /// `block_output` for `blocks` blocks run without it (nothing for none).
+    fn output_after(&self, v: &mut Vcpu, blocks: u32, may_store: bool) {
+        if let Some(more) = blocks.checked_sub(1) {
+            v.held_blocks = v.held_blocks.saturating_add(more).min(OUTPUT_HOLD_BLOCKS);
+            self.block_output(v, may_store);
+        }
+    }
+
+    /// The longest prefix of `recs` that `SystemFlow::steady_records` can take (fixed
+    /// successors, the tracer in its steady state: no timing packets beyond the MTCs of a moving
+    /// clock, no filter ranges), run as `run_recorded_block` would run each of them; returns how
+    /// many ran (issue 13).
+    fn run_recorded_steady(&self, v: &mut Vcpu, recs: &[Recorded]) -> usize {
+        // (Not with RTIT, whose clock `update_tsc` sets too: it never traces with Intel PT.)
+        if !(v.tracer.trace_en() && v.output_active) || recs.is_empty() || v.rtit.is_some() {
             return 0;
         }
-        // The time of each block as `run_recorded_block` gives it to the tracer: the vCPU's
-        // sample with MTC; otherwise the clock read every 64 blocks (for the TSC of PSB+), so a
-        // run ends before the block at which `run_recorded_block` reads it.
+        // The time of each block as `run_recorded_block` gives it to the tracer: with MTC the
+        // vCPU's sample (each record's `tsc` minus the offset). Otherwise the clock is read at
+        // every 64th block (`blocks_since_tsc`; for the TSC of PSB+, the only packet of such a
+        // run that carries the time): here where it may be used (before a PSB+ or a TIP), if
+        // one of the blocks started by then was such a block, and at the end of the run.
         let mtc = v.msrs.ctl.mtc_en();
-        let recs = if mtc { recs } else { &recs[..recs.len().min(63u32.saturating_sub(v.blocks_since_tsc) as usize)] };
-        if recs.is_empty() {
-            return 0;
-        }
+        let offset = self.tsc_offset.load(Ordering::Relaxed);
+        let since = v.blocks_since_tsc;
+        let mut read = 0;
+        let mut sample = move |t: &mut Tracer, ran: usize| {
+            let due = (since as usize + ran) / 64;
+            if due > read {
+                read = due;
+                // (`update_tsc`: the host TSC, as `raw_clock` reads it on this path.)
+                t.set_tsc(host_tsc().unwrap_or(0).wrapping_sub(offset));
+            }
+        };
         let mode = v.tracer.context().mode;
         let slot = mode_slot(mode);
-        let (key, lma) = mode_key_and_lma(v.mode_regs);
-        let proven = &mut v.proven;
-        let (offset, now) = (self.tsc_offset.load(Ordering::Relaxed), v.tracer.tsc());
-        let n = v.flow.steady_run(
-            &mut v.tracer,
-            recs.iter().map(|r| {
-                // (Also for the block that ends the run: `run_recorded_block` proves the same.)
-                Self::prove_mode(proven, r.info, key, lma);
-                let time = if mtc { r.tsc.wrapping_sub(offset) } else { now };
-                (r.pc, r.pc.wrapping_sub(r.info.pc), r.last_started, time, r.info.by_mode[slot])
-            }),
-        );
+        let n = if mtc {
+            v.flow.steady_records(&mut v.tracer, recs, slot, Some(offset), |_, _| {})
+        } else {
+            let n = v.flow.steady_records(&mut v.tracer, recs, slot, None, &mut sample);
+            sample(&mut v.tracer, n);
+            v.blocks_since_tsc = ((since as usize + n) % 64) as u32;
+            n
+        };
         let Some(last) = n.checked_sub(1).map(|k| recs[k]) else { return 0 };
-        if !mtc {
-            v.blocks_since_tsc += n as u32; // (< 64: see above)
+        // A block whose decoding matches only one mode proves it (`prove_mode`); the last such
+        // block of the run is the one that counts (CS, CR0 and EFER do not change in it).
+        let (key, lma) = mode_key_and_lma(v.mode_regs);
+        if let Some(r) = recs[..n].iter().rev().find(|r| r.info.proves[usize::from(lma)].is_some()) {
+            Self::prove_mode(&mut v.proven, r.info, key, lma);
         }
         v.pc_delta = last.pc.wrapping_sub(last.info.pc);
         v.cur_modes = last.info.modes;
         v.after = last.info.after(mode, v.pc_delta);
-        // Output as if each block had ended with `block_output` (the hold counts blocks).
-        v.held_blocks = v.held_blocks.saturating_add(n as u32 - 1).min(OUTPUT_HOLD_BLOCKS);
-        self.block_output(v, may_store);
         n
     }
 
     /// `run_block` for a recorded block while the state `record_budget` allowed recording in
-    /// still holds (only a store of output, which the encoder thread never makes, can end it):
-    /// Intel PT alone, so the flow reports to the tracer directly, and none of the PMU, LBR,
-    /// BTS, RTIT, PEBS or ground-truth work applies. A recorded block followed a near transfer
-    /// in the same mode, so no code segment load can have happened before it.
+    /// still holds (TraceEn = 1 and the output unit running; the caller checks): Intel PT
+    /// alone, so the flow reports to the tracer directly, and none of the PMU, LBR, BTS, RTIT,
+    /// PEBS or ground-truth work applies. A recorded block followed a near transfer in the same
+    /// mode, so no code segment load can have happened before it. Its output is left for the
+    /// caller to hand on (`output_after`).
     #[inline]
-    fn run_recorded_block(&self, v: &mut Vcpu, r: Recorded, may_store: bool) {
-        if !(v.tracer.trace_en() && v.output_active) {
-            return self.run_block(v, r.info, r.pc, r.last_started, may_store);
-        }
+    fn run_recorded_block(&self, v: &mut Vcpu, r: Recorded) {
         let info = r.info;
         if v.msrs.ctl.mtc_en() {
             // The time the vCPU sampled as the block executed (`Front::tsc`).
@@ -912,7 +1040,6 @@ impl Shared {
         let mut cpu = LiveCpu { regs: &v.regs, gdt_base: v.gdt_base, modes: v.cur_modes, proven: v.proven, cached: v.tracer.context().mode, cs_load: v.cs_load };
         v.flow.block(&mut v.tracer, r.pc, &info.by_mode, v.pc_delta, r.last_started, &mut cpu);
         v.after = info.after(v.tracer.context().mode, v.pc_delta);
-        self.block_output(v, may_store);
     }
 
     /// `run_block` for blocks recorded while only the counters see blocks (`record_budget`): the
@@ -1193,20 +1320,38 @@ impl Shared {
         if let (true, Some(cell), Some(ring)) = (self.may_record, self.fronts.get(vcpu as usize), self.rings.get(vcpu as usize)) {
             let ring: &'static BlockRing<Recorded> = ring.get_or_init(|| Box::leak(Box::new(BlockRing::new(RING_BLOCKS))));
             // SAFETY: on the vCPU's own thread (the vCPU-init callback), before its first block.
+            // The step of no block: its last instruction's address is none that starts, and
+            // nothing follows it.
+            let nothing: &'static SysBlock = Box::leak(Box::new(SysBlock::new(
+                vec![u64::MAX],
+                ClassifiedInsn { ip: u64::MAX, len: 1, kind: BranchKind::IndirectJump, rep_string: false },
+                false,
+            )));
+            let no_step: &'static RecordStep = Box::leak(Box::new(RecordStep::new(u64::MAX, nothing, true, false)));
+            let mut front = Front {
+                last_started: self.last_started.slot(vcpu),
+                prev: no_step,
+                delta: 0,
+                step_off: 0,
+                left: 0,
+                ring,
+                tsc: 0,
+                loaded_rip: None,
+                granted: 0,
+                budget: 0,
+                tsc_countdown: u32::MAX,
+                mtc: false,
+                no_step,
+                regs: Regs::discover(),
+            };
+            front.set_slot(mode_slot(ExecMode::Bit64));
+            // SAFETY: on the vCPU's own thread (the vCPU-init callback), before its first block.
             unsafe {
-                *cell.0.get() = Some(Front {
-                    budget: 0,
-                    after: None,
-                    slot: mode_slot(ExecMode::Bit64),
-                    regs: Regs::discover(),
-                    loaded_rip: None,
-                    last_started: self.last_started.slot(vcpu),
-                    ring,
-                    mtc: false,
-                    tsc: 0,
-                    tsc_countdown: u32::MAX,
-
-                });
+                let cell = &mut *cell.0.get();
+                *cell = Some(front);
+                if let (Some(front), Some(ptr)) = (cell.as_mut(), FRONTS.get(vcpu as usize)) {
+                    ptr.store(front, Ordering::Release);
+                }
             }
             self.n_rings.fetch_max(vcpu as usize + 1, Ordering::Release);
         }
@@ -1218,49 +1363,57 @@ impl Shared {
     /// is spent, a store is wanted, the address does not follow (after a far transfer, an
     /// event, a block QEMU left early), or the block holds a WRMSR or is not consistent with the
     /// tracked mode.
+    ///
+    /// The common case inline, with few registers and no call: the previous block ran to its
+    /// last instruction, `left` allows a record, and the block's key matches a successor key of
+    /// the previous block (a direct successor, chosen by page offset, of a recordable block), or
+    /// the previous block loaded its target (near RET or indirect JMP/CALL through memory).
+    /// Returns None for everything else, with `last_started` taken: `record_block_general`.
     #[inline(always)]
-    fn record_block(front: &mut Front, info: &'static BlockInfo) -> Result<(), u64> {
+    fn record_block(front: &mut Front, info: &'static BlockInfo) -> Option<u64> {
         let last_started = front.last_started.take(u64::MAX);
-        // The common cases inline (a direct successor, or the target a near RET or indirect
-        // JMP/CALL through memory loaded; no MTC sampling), with few registers.
-        if let Some((prev, delta)) = front.after {
-            let step = &info.steps[front.slot & 3];
-            // (MTC: the host TSC is sampled every `MTC_SAMPLE_BLOCKS` blocks, out of line; without
-            // MTC the countdown starts at u32::MAX.)
-            if (prev.follows || prev.loads_next)
-                && last_started == prev.last_ip
-                && step.recordable
-                && front.budget != 0
-                && front.tsc_countdown > 1
-                && !front.ring.flush_wanted()
-            {
-                let pc = if prev.follows {
-                    pick_successor(prev.succ, delta, info.pc)
-                } else {
-                    // What `record_block_general` takes after such a transfer (a value in
-                    // another page falls through to it, and fails there).
-                    front.loaded_rip.filter(|&rip| (rip ^ info.pc) & 0xFFF == 0)
-                };
-                if let Some(pc) = pc {
-                    if Self::append(front, info, step, pc, last_started) {
-                        front.loaded_rip = None;
-                        front.tsc_countdown -= 1;
-                        return Ok(());
-                    }
-                }
-            }
+        let prev = front.prev;
+        if last_started != prev.last_ip || front.left == 0 {
+            return Some(last_started);
         }
-        Self::record_block_general(front, info, last_started)
+        let step = front.step(info);
+        let pc = if step.key == prev.succ_key[0] {
+            prev.succ[0].wrapping_add(front.delta)
+        } else if step.key == prev.succ_key[1] {
+            prev.succ[1].wrapping_add(front.delta)
+        } else {
+            // What `record_block_general` takes after such a transfer (a value in another page
+            // falls through to it, and fails there).
+            match front.loaded_rip {
+                Some(rip) if prev.loads_next && step.recordable && (rip ^ info.pc) & 0xFFF == 0 => rip,
+                _ => return Some(last_started),
+            }
+        };
+        // SAFETY: on the vCPU's own thread, the ring's producer; `left` <= its room (`refill`).
+        unsafe { front.ring.push_unchecked(Recorded { info, pc, last_started, tsc: front.tsc }) };
+        front.left -= 1;
+        front.loaded_rip = None;
+        // (A step that `ends` recording is never followed: its successor keys match no key.)
+        front.prev = step;
+        front.delta = pc.wrapping_sub(info.pc);
+        None
     }
 
     /// `record_block` for every case (a near indirect transfer reads RIP, MTC samples the host
-    /// TSC), out of line.
+    /// TSC), out of line; `left` refilled after it.
     #[inline(never)]
     fn record_block_general(front: &mut Front, info: &'static BlockInfo, last_started: u64) -> Result<(), u64> {
+        front.sync();
+        let r = Self::record_block_slow(front, info, last_started);
+        front.refill();
+        r
+    }
+
+    fn record_block_slow(front: &mut Front, info: &'static BlockInfo, last_started: u64) -> Result<(), u64> {
         let ring = front.ring;
-        let Some((step_prev, delta)) = front.after.filter(|(s, _)| !s.ends) else { return Err(last_started) };
+        let Some((step_prev, delta)) = front.after().filter(|(s, _)| !s.ends) else { return Err(last_started) };
         let prev = step_prev.block;
-        let step = &info.steps[front.slot & 3];
+        let step = front.step(info);
         if front.budget == 0 || !step.recordable || ring.flush_wanted() {
             return Err(last_started);
         }
@@ -1292,24 +1445,13 @@ impl Shared {
                 front.tsc_countdown = u32::MAX;
             }
         }
-        if !Self::append(front, info, step, pc, last_started) {
-            return Err(last_started);
-        }
-        Ok(())
-    }
-
-    /// Append the block (running at `pc`, in mode slot `slot`) to the vCPU's ring and track
-    /// what follows it; false when the ring is full (nothing changed).
-    #[inline(always)]
-    fn append(front: &mut Front, info: &'static BlockInfo, step: &'static RecordStep, pc: u64, last_started: u64) -> bool {
         // SAFETY: on the vCPU's own thread, the ring's producer.
         if !unsafe { front.ring.push(Recorded { info, pc, last_started, tsc: front.tsc }) } {
-            return false;
+            return Err(last_started);
         }
         front.budget -= 1;
-        // (A step that `ends` recording is never followed: `record_block_general` checks.)
-        front.after = Some((step, pc.wrapping_sub(info.pc)));
-        true
+        front.set_after(Some((step, pc.wrapping_sub(info.pc))));
+        Ok(())
     }
 
     /// The encoder thread (issue 13): runs the vCPUs' recorded blocks through their models while
@@ -1483,7 +1625,7 @@ impl Shared {
         // Kept for the life of the process: QEMU does not say when a translation is freed (the
         // qemu-plugin crate's closures are leaked the same way).
         let by_mode = [for_mode(16), for_mode(32), for_mode(64)];
-        let step = |slot: usize, m: ExecMode| RecordStep::new(by_mode[slot], changes_mode, !has_wrmsr && modes.contains(m));
+        let step = |slot: usize, m: ExecMode| RecordStep::new(pc, by_mode[slot], changes_mode, !has_wrmsr && modes.contains(m));
         let steps = [step(0, ExecMode::Bit16), step(1, ExecMode::Bit32), step(2, ExecMode::Bit64), step(2, ExecMode::Bit64)];
         let proves = [ModeSet(modes.0 & !4).single(), modes.single()];
         let loads_target = by_mode.iter().any(|b| b.target_loaded);
@@ -2728,14 +2870,41 @@ extern "C" fn at_exit(_id: PluginId, _udata: *mut std::ffi::c_void) {
 extern "C" fn on_block_exec(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
     // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
     let info: &'static BlockInfo = unsafe { &*(info as *const BlockInfo) };
-    let Some(sh) = SHARED.get() else { return };
     // SAFETY: the block callback runs on the vCPU's own thread; the reference ends here.
-    let (last_started, loaded) = match unsafe { sh.front(vcpu) } {
-        Some(front) => match Shared::record_block(front, info) {
+    let Some(front) = (unsafe { front_of(vcpu) }) else { return on_block_general(vcpu, info, 0, false) };
+    match Shared::record_block(front, info) {
+        None => {}
+        Some(last_started) => on_block_general(vcpu, info, last_started, true),
+    }
+}
+
+/// `Front` of `vcpu`, once it exists (issue 13: no test of SHARED, no bounds check of its
+/// vector on the block callback's path).
+///
+/// # Safety
+/// Only on `vcpu`'s own thread, and not while another reference from this call exists.
+#[inline(always)]
+unsafe fn front_of(vcpu: VCPUIndex) -> Option<&'static mut Front> {
+    let ptr = FRONTS.get(vcpu as usize)?.load(Ordering::Relaxed);
+    // SAFETY: set once by `vcpu_init` to the vCPU's `Front`, which is never moved or freed; see
+    // the function's contract.
+    unsafe { ptr.as_mut() }
+}
+
+/// The block callback past its common case (`Shared::record_block`): `record_block_general`,
+/// then the model. `extern "C"` (cannot unwind, like the callback): the callback needs no
+/// unwind edge around it, saves no registers, and reaches it by a tail jump. `taken`:
+/// `last_started` was taken from the scoreboard already (the vCPU has a `Front`).
+#[inline(never)]
+extern "C" fn on_block_general(vcpu: VCPUIndex, info: &'static BlockInfo, last_started: u64, taken: bool) {
+    let Some(sh) = SHARED.get() else { return };
+    let (last_started, loaded) = match (taken, unsafe { front_of(vcpu) }) {
+        // SAFETY: on the vCPU's own thread; the reference ends here.
+        (true, Some(front)) => match Shared::record_block_general(front, info, last_started) {
             Ok(()) => return,
             Err(last_started) => (Some(last_started), front.loaded_rip.take()),
         },
-        None => (None, None),
+        _ => (None, None),
     };
     on_block_model(sh, vcpu, info, last_started, loaded);
 }
@@ -2758,12 +2927,11 @@ fn on_block_model(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo
 /// load ran and set it).
 extern "C" fn on_target_load(vcpu: VCPUIndex, info: qemu_plugin::sys::qemu_plugin_meminfo_t, _vaddr: u64, _: *mut std::ffi::c_void) {
     use qemu_plugin::sys::qemu_plugin_mem_value_type as T;
-    let Some(sh) = SHARED.get() else { return };
     // SAFETY: on the vCPU's own thread (a memory callback of its instruction); `info` is the
     // access QEMU passes, valid during the callback; the union member read is the one `type_`
     // names.
     unsafe {
-        let Some(front) = sh.front(vcpu) else { return };
+        let Some(front) = front_of(vcpu) else { return };
         let v = qemu_plugin::sys::qemu_plugin_mem_get_value(info);
         front.loaded_rip = Some(match v.type_ {
             T::QEMU_PLUGIN_MEM_VALUE_U8 => u64::from(v.data.u8_),

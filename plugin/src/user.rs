@@ -23,7 +23,9 @@ use std::sync::OnceLock;
 mod fork;
 use fork::{is_process_dir, remove_process_dir};
 
-/// One vCPU (= one guest thread in user mode) of the per-vCPU table.
+/// One vCPU (= one guest thread in user mode) of the per-vCPU table. Aligned to a power of
+/// two, so the execute callback finds a slot with a shift, not a multiplication.
+#[repr(align(2048))]
 struct Slot {
     state: Mutex<Option<VcpuTrace>>,
     ring: Ring,
@@ -69,6 +71,30 @@ struct Ring {
     tail: Padded,
 }
 
+impl Slot {
+    const fn new() -> Self {
+        Slot {
+            state: Mutex::new(None),
+            ring: Ring {
+                entries: AtomicPtr::new(std::ptr::null_mut()),
+                head: AtomicUsize::new(0),
+                room_end: AtomicUsize::new(0),
+                every_block: std::sync::atomic::AtomicBool::new(false),
+                tail: Padded(AtomicUsize::new(0)),
+            },
+            in_block: std::sync::atomic::AtomicBool::new(false),
+            stopped_at: std::sync::atomic::AtomicU64::new(0),
+            placement: Mutex::new(ModelPlacement::new()),
+            on_vcpu: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+/// The per-vCPU table, at a fixed address: the execute callback's common case finds its
+/// vCPU's ring without loading `SHARED` or a table pointer (issue 13). Zero-initialised and
+/// mapped lazily: only the slots of vCPUs that ran take memory.
+static SLOTS: [Slot; MAX_VCPUS] = [const { Slot::new() }; MAX_VCPUS];
+
 impl Ring {
     /// Forget every pending block (a forked child: they are the parent's; only one thread
     /// exists there).
@@ -80,9 +106,15 @@ impl Ring {
 
     /// The owner read the consumers' position `tail`: it may append up to `tail` + RING without
     /// looking again, unless it drains after every block.
+    /// A pending fatal signal keeps `room_end` at 0 (`Shared::stop_appending`): the common case
+    /// then never appends, and `Shared::on_block` parks the vCPU. Stored, then the signal
+    /// looked for (Dekker-style with `stop_appending`, which stores 0 after the signal is set).
     fn saw_tail(&self, tail: usize) {
         let end = if self.every_block.load(Ordering::Relaxed) { 0 } else { tail.wrapping_add(RING) };
-        self.room_end.store(end, Ordering::Relaxed);
+        self.room_end.store(end, Ordering::SeqCst);
+        if fatal_signal::pending_seqcst() {
+            self.room_end.store(0, Ordering::SeqCst);
+        }
     }
 }
 
@@ -212,7 +244,7 @@ pub struct Shared {
     /// signals a range edge (empty otherwise, so blocks carry no edge list).
     rtit_edges: Vec<u64>,
     out: Output,
-    vcpus: Box<[Slot]>,
+    vcpus: &'static [Slot],
     next_thread: AtomicU32,
     /// One more than the highest vCPU index started (the encoder thread scans that many slots).
     n_slots: AtomicUsize,
@@ -321,12 +353,13 @@ impl Shared {
     /// room in the ring by the owner's last reading, no drain after every block: append and
     /// return true. False, having done nothing: `on_block` must handle the block.
     #[inline(always)]
-    fn try_append(&self, vcpu: VCPUIndex, info: &'static BlockInfo) -> bool {
-        let Some(slot) = self.vcpus.get(vcpu as usize) else { return false };
+    fn try_append(vcpu: VCPUIndex, info: &'static BlockInfo) -> bool {
+        let Some(slot) = SLOTS.get(vcpu as usize) else { return false };
         let ring = &slot.ring;
         let head = ring.head.load(Ordering::Relaxed);
-        // (`room_end` > `head` only once `entries` exists and while no drain follows every block.)
-        if head >= ring.room_end.load(Ordering::Relaxed) || fatal_signal::pending() || info.at_handler.load(Ordering::Relaxed) {
+        // (`room_end` > `head` only once `entries` exists, while no drain follows every block
+        // and no fatal signal is pending: `Ring::saw_tail`, `stop_appending`.)
+        if head >= ring.room_end.load(Ordering::Relaxed) || info.at_handler.load(Ordering::Relaxed) {
             return false;
         }
         let entries = ring.entries.load(Ordering::Relaxed);
@@ -881,6 +914,10 @@ impl Shared {
     }
 
     pub(crate) fn at_exit(&self) {
+        // `trace=off` has no translation callback, which otherwise notes the binary's layout.
+        if self.binary.get().is_none() {
+            let _ = self.binary.set(binary_meta());
+        }
         self.finish_run("exit");
     }
 
@@ -898,6 +935,17 @@ impl Shared {
             }
         }
         self.finish_run(&format!("signal {sig}"));
+    }
+
+    /// A fatal signal is pending (called inside the signal handler: atomics only): no vCPU
+    /// appends in the common case any more, so its next block takes `on_block`, which parks it,
+    /// as when the common case looked at the signal itself. The slots used so far; a slot a new
+    /// thread takes gets room only in `Ring::saw_tail`, which looks for the signal.
+    fn stop_appending(&self) {
+        let n = self.n_slots.load(Ordering::SeqCst).min(self.vcpus.len());
+        for slot in &self.vcpus[..n] {
+            slot.ring.room_end.store(0, Ordering::SeqCst);
+        }
     }
 
     /// Every FLUSH_INTERVAL: hand off the bytes of threads that are not running (blocked in a
@@ -970,22 +1018,32 @@ impl Shared {
         if self.opts.trace == TraceKind::Off {
             return;
         }
-        let mut code = Vec::new();
-        let mut insns: Vec<(u64, Vec<u8>)> = Vec::new();
+        // The block's bytes in one buffer and each instruction's address and offset in it (no
+        // allocation per instruction: translation is most of a short program's run).
+        let mut code = Vec::with_capacity(256);
+        let mut insns: Vec<(u64, usize)> = Vec::with_capacity(64);
         for insn in tb.instructions() {
-            let bytes = insn.data();
-            code.extend_from_slice(&bytes);
-            insns.push((insn.vaddr(), bytes));
+            let at = code.len();
+            code.resize(at + insn.size(), 0);
+            let n = insn.read_data(&mut code[at..]);
+            code.truncate(at + n);
+            insns.push((insn.vaddr(), at));
         }
-        let Some((last_ip, last_bytes)) = insns.last() else {
+        let Some(&(last_ip, last_at)) = insns.last() else {
             return;
         };
-        let last = classify(last_bytes, *last_ip, 64).unwrap_or(ClassifiedInsn {
-            ip: *last_ip,
+        let last_bytes = &code[last_at..];
+        let last = classify(last_bytes, last_ip, 64).unwrap_or(ClassifiedInsn {
+            ip: last_ip,
             len: last_bytes.len() as u8,
             kind: BranchKind::None,
             rep_string: false,
         });
+        let truth_insns: Vec<(u64, Vec<u8>)> = if self.opts.truth {
+            insns.iter().enumerate().map(|(i, &(ip, at))| (ip, code[at..insns.get(i + 1).map_or(code.len(), |n| n.1)].to_vec())).collect()
+        } else {
+            Vec::new()
+        };
         let pc = tb.vaddr();
         let len = code.len() as u32;
         let version = self.record_code(pc, code);
@@ -1025,8 +1083,8 @@ impl Shared {
         }
         if self.opts.truth {
             for (i, insn) in tb.instructions().enumerate() {
-                let ip = insns[i].0;
-                let rep = classify(&insns[i].1, ip, 64).is_some_and(|c| {
+                let ip = truth_insns[i].0;
+                let rep = classify(&truth_insns[i].1, ip, 64).is_some_and(|c| {
                     c.rep_string
                         || match c.kind {
                             BranchKind::None => true,
@@ -1101,9 +1159,14 @@ impl Shared {
             fatal_signal::park();
         }
         // The system call may observe the trace (execve, exit) or block for long: the blocks
-        // recorded so far go through the model now.
-        if let Some(slot) = self.vcpus.get(vcpu as usize) {
-            self.drain_own(slot);
+        // recorded so far go through the model now. Not before one that only reads the
+        // process's own state (getppid, clock_gettime, ...): those blocks stay for the encoder
+        // thread (issue 13: draining at each of them put the model back on the vCPU, ~1,900
+        // instructions a getppid in `make bench`'s sys workload).
+        if !returns_at_once(num) {
+            if let Some(slot) = self.vcpus.get(vcpu as usize) {
+                self.drain_own(slot);
+            }
         }
         match num {
             // execve, execveat
@@ -1200,22 +1263,40 @@ impl ThreadTracer {
 extern "C" fn on_block_exec<const TRUTH: bool>(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
     // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
     let info = unsafe { &*(info as *const BlockInfo) };
-    // SAFETY: only `Shared::translate` registers this callback, and it is reached only through
-    // SHARED (lib.rs, `on_translation_block_translate`): no block runs before SHARED is set, and
-    // it is never unset. (Issue 13: no test of the cell per block.)
-    let sh = unsafe { SHARED.get().unwrap_unchecked() };
-    if !TRUTH && sh.try_append(vcpu, info) {
+    if !TRUTH && Shared::try_append(vcpu, info) {
         return;
     }
-    on_block_slow::<TRUTH>(sh, vcpu, info);
+    on_block_slow::<TRUTH>(vcpu, info);
 }
 
 /// Everything but the plain append (`Shared::try_append`): kept out of line so that the common
 /// case calls nothing and saves no registers. `extern "C"` (cannot unwind, like the callback):
 /// the callback needs no unwind edge around the call, and reaches it by a tail jump.
 #[inline(never)]
-extern "C" fn on_block_slow<const TRUTH: bool>(sh: &'static Shared, vcpu: VCPUIndex, info: &'static BlockInfo) {
+extern "C" fn on_block_slow<const TRUTH: bool>(vcpu: VCPUIndex, info: &'static BlockInfo) {
+    // SAFETY: only `Shared::translate` registers the execute callback, and it is reached only
+    // through SHARED (lib.rs, `on_translation_block_translate`): no block runs before SHARED is
+    // set, and it is never unset.
+    let sh = unsafe { SHARED.get().unwrap_unchecked() };
     sh.on_block::<TRUTH>(vcpu, info);
+}
+
+/// x86-64 Linux system calls that only read the process's or the host's state and return at
+/// once: they neither observe the trace (as execve, exit and fork do), nor block (so a kill
+/// while the thread waits in the kernel cannot find blocks still in the ring), nor change
+/// signal dispositions, masks or mappings. The blocks recorded before them need not go through
+/// the model first.
+fn returns_at_once(num: i64) -> bool {
+    matches!(
+        num,
+        39 // getpid
+            | 110 // getppid
+            | 186 // gettid
+            | 102 | 104 | 107 | 108 // getuid, getgid, geteuid, getegid
+            | 111 | 121 | 124 // getpgrp, getpgid, getsid
+            | 96 | 201 | 228 | 229 // gettimeofday, time, clock_gettime, clock_getres
+            | 63 | 97 | 98 | 99 // uname, getrlimit, getrusage, sysinfo
+    )
 }
 
 /// `fmt::Write` over a byte buffer (hex formatting without allocation).
@@ -1327,22 +1408,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         rtit_edges,
         opts,
         out,
-        vcpus: (0..MAX_VCPUS)
-            .map(|_| Slot {
-                in_block: std::sync::atomic::AtomicBool::new(false),
-                stopped_at: std::sync::atomic::AtomicU64::new(0),
-                placement: Mutex::new(ModelPlacement::default()),
-                on_vcpu: std::sync::atomic::AtomicBool::new(false),
-                state: Mutex::new(None),
-                ring: Ring {
-                    entries: AtomicPtr::new(std::ptr::null_mut()),
-                    head: AtomicUsize::new(0),
-                    room_end: AtomicUsize::new(0),
-                    every_block: std::sync::atomic::AtomicBool::new(false),
-                    tail: Padded(AtomicUsize::new(0)),
-                },
-            })
-            .collect(),
+        vcpus: &SLOTS,
         next_thread: AtomicU32::new(1),
         n_slots: AtomicUsize::new(0),
         handlers: RwLock::new(Vec::new()),
@@ -1376,6 +1442,11 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
                 || {
                     if let Some(sh) = SHARED.get() {
                         guarded("flush", || sh.on_flush_tick());
+                    }
+                },
+                || {
+                    if let Some(sh) = SHARED.get() {
+                        sh.stop_appending();
                     }
                 },
             )

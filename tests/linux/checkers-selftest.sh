@@ -15,6 +15,9 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 guest=${PTTRACE_CACHE:-$HOME/.cache/pttrace}/linux-guest
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/pttrace-brstack.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+# The first check of `make test-linux`: on a fresh machine it builds the guest (cached), as
+# perf_pt.sh does (a cold-cache CI run failed here before).
+bash "$top/scripts/linux-guest/build.sh" "$guest" >/dev/null || { echo "checkers-selftest.sh: building the guest failed" >&2; exit 2; }
 [ -f "$guest/initramfs.cpio.gz" ] || { echo "checkers-selftest.sh: no guest in $guest (scripts/linux-guest/build.sh)" >&2; exit 2; }
 (cd "$tmp" && gzip -dc <"$guest/initramfs.cpio.gz" 2>/dev/null | cpio -i --quiet -d usr/local/bin/calls)
 python3 "$top/tests/linux/insn-table.py" "$tmp/usr/local/bin/calls" >"$tmp/calls.insns" || exit 2

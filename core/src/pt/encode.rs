@@ -347,7 +347,7 @@ fn split_len(count: u8) -> usize {
     usize::from(count).div_ceil(usize::from(TNT_SHORT_MAX))
 }
 
-fn push_ip(kind: u8, ip: IpPayload, out: &mut Vec<u8>) {
+pub(crate) fn push_ip(kind: u8, ip: IpPayload, out: &mut Vec<u8>) {
     out.push((ip.compression.ip_bytes() << 5) | kind);
     push_le(ip.payload, ip.compression.payload_len(), out);
 }

@@ -59,6 +59,7 @@ use super::ret_stack::RetStack;
 use super::rtit_ctl::{AddrRange, RtitCtl};
 use super::tnt::{TntBuffer, SHORT_TNT_BITS};
 use crate::insn_class::{BranchKind, ClassifiedInsn, FarKind};
+use crate::system_flow::{RecordedBlock, SysBlock};
 use crate::user_flow::{BlockEnd, ExecutedBlock};
 
 /// TSC ticks per ART (crystal clock) tick: CPUID.15H reports EBX/EAX = ART_RATIO/1.
@@ -625,8 +626,8 @@ impl Tracer {
         }
     }
 
-    /// A full short TNT (the most frequent packet): `emit_raw` without the generic encoder when
-    /// nothing but the output sees it.
+    /// A short TNT of `count` (1 to 6) results, full or flushed (the most frequent packet):
+    /// `emit_raw` without the generic encoder when nothing but the output sees it.
     #[inline]
     fn emit_tnt(&mut self, bits: u8, count: u8) {
         if self.ibuf.is_none() && self.log.is_none() {
@@ -642,7 +643,8 @@ impl Tracer {
     /// Write out pending TNT bits (before any other packet, and when tracing stops).
     pub fn flush_tnt(&mut self) {
         if let Some((bits, count)) = self.tnt.take() {
-            self.emit_raw(Packet::Tnt { bits, count });
+            // (At most six results: a short TNT, `emit_tnt`'s fast path.)
+            self.emit_tnt(bits, count);
         }
     }
 
@@ -1022,7 +1024,20 @@ impl Tracer {
 
     fn tip(&mut self, ip: u64) {
         self.stats.tips += 1;
-        self.emit_ip(Packet::Tip, Some(ip));
+        if self.ibuf.is_none() && self.log.is_none() {
+            // `emit_ip(Packet::Tip, ..)` when nothing but the output sees it: encoded without
+            // the generic encoder (as `emit_tnt`).
+            self.flush_tnt();
+            let payload = self.compress_ip(ip);
+            let before = self.out.len();
+            super::encode::push_ip(super::encode::opcode::TIP, payload, &mut self.out);
+            let n = (self.out.len() - before) as u64;
+            self.stats.packets += 1;
+            self.stats.bytes += n;
+            self.psb_bytes += n;
+        } else {
+            self.emit_ip(Packet::Tip, Some(ip));
+        }
     }
 
     /// A far transfer (SYSCALL/SYSRET/IRET/far JMP, CALL, RET, ...) retired and execution
@@ -1342,6 +1357,21 @@ pub struct SteadyRun<'a> {
     psb_room: u64,
 }
 
+/// Why `SteadyRun::system_blocks` stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SystemStop {
+    /// Every record retired.
+    End,
+    /// The next record is not reached along a fixed successor or by a compressed RET, or its
+    /// predecessor was left early: the general path takes it.
+    General,
+    /// The PSB period was reached with the last block that retired: end the run and call
+    /// [`Tracer::psb_if_due`] with its address.
+    Psb,
+    /// The next record's time is not the tracer's: `SteadyRun::retired_at` takes it.
+    Time,
+}
+
 impl SteadyRun<'_> {
     /// Blocks retired in this run so far.
     #[inline(always)]
@@ -1514,6 +1544,113 @@ impl SteadyRun<'_> {
         self.psb_room -= written as u64;
         (*prev, *clock) = (p, c);
         (n, self.psb_room == 0)
+    }
+
+    /// Full system (issue 13): the recorded blocks of `recs`, oldest first, for as long as each
+    /// is reached from the one before along a fixed successor (fall-through, direct JMP or CALL,
+    /// either way of a Jcc) or by a RET that compresses, at the tracer's current time: what
+    /// `retired_at` does for each (with `SystemFlow::steady_records` as the caller), in one loop
+    /// that keeps the pending TNT results and the previous block in registers, like
+    /// `user_blocks`. `cur` is the block that ran before the first (its classification in the
+    /// current mode and its delta: actual address minus address at translation); it becomes the
+    /// last one that retired. `slot` is the mode slot the blocks are classified in
+    /// (`RecordedBlock::block`). With `time_offset` each record's clock sample minus it is its
+    /// time (`RecordedBlock::tsc`), and the loop stops before a block whose time is not the
+    /// tracer's (`SystemStop::Time`: `retired_at` takes it); without, the time does not change.
+    /// Returns how many retired and why the loop stopped.
+    #[inline]
+    pub fn system_blocks<'r, R: RecordedBlock>(
+        &mut self,
+        cur: &mut (&'r SysBlock, u64),
+        recs: &'r [R],
+        slot: usize,
+        time_offset: Option<u64>,
+    ) -> (usize, SystemStop) {
+        match time_offset {
+            Some(offset) => self.system_blocks_loop::<true, R>(cur, recs, slot, offset),
+            None => self.system_blocks_loop::<false, R>(cur, recs, slot, 0),
+        }
+    }
+
+    /// `system_blocks`, with (`PER_RECORD`) or without a time per record.
+    #[inline(never)]
+    fn system_blocks_loop<'r, const PER_RECORD: bool, R: RecordedBlock>(
+        &mut self,
+        cur: &mut (&'r SysBlock, u64),
+        recs: &'r [R],
+        slot: usize,
+        offset: u64,
+    ) -> (usize, SystemStop) {
+        let t = &mut *self.t;
+        // IA32_RTIT_CTL[11] DisRETC cannot change during a run.
+        let retc = !t.cfg.ctl.dis_retc();
+        // Room for every short TNT the loop can complete (see `user_blocks`): it stores its
+        // bytes without a capacity check or a call.
+        let most = self.psb_room.min((recs.len() as u64 + 5) / 6) as usize;
+        t.out.reserve(most);
+        let spare = &mut t.out.spare_capacity_mut()[..most];
+        let now = t.tsc;
+        let (mut tnt, (mut b, mut delta)) = (self.tnt, *cur);
+        let (mut written, mut rets) = (0usize, 0u64);
+        // The records not retired yet (the first is the next one).
+        let mut rest = recs.iter();
+        let stop = loop {
+            let Some(r) = rest.as_slice().first() else { break SystemStop::End };
+            // The previous block's last instruction started (QEMU did not leave it early).
+            if r.last_started() != b.last.ip {
+                break SystemStop::General;
+            }
+            if PER_RECORD && r.tsc().wrapping_sub(offset) != now {
+                break SystemStop::Time;
+            }
+            let pc = r.pc();
+            // The fixed successors are translation addresses: compare `pc` moved back by the
+            // previous block's delta. A Jcc: one TNT result, taken iff not the NLIP; other
+            // fixed successors: one address (`target` = `fall`), and a direct CALL's push.
+            let at = pc.wrapping_sub(delta);
+            let d = &b.direct;
+            let full = if d.conditional {
+                let taken = at != d.fall;
+                if taken & (at != d.target) {
+                    break SystemStop::General;
+                }
+                tnt.push_if_short(true, taken)
+            } else if at == d.target {
+                if d.push != 0 {
+                    t.ret.push(d.push.wrapping_add(delta));
+                }
+                None
+            } else if b.compressible_ret & retc && t.ret.try_compress(pc) {
+                rets += 1;
+                tnt.push_if_short(true, true)
+            } else {
+                break SystemStop::General;
+            };
+            rest.next();
+            b = &**r.block(slot);
+            delta = pc.wrapping_sub(r.translated());
+            if let Some(byte) = full {
+                spare[written].write(byte);
+                written += 1;
+                // (`most` is the PSB room or less.)
+                if written == most && written as u64 == self.psb_room {
+                    break SystemStop::Psb;
+                }
+            }
+        };
+        // SAFETY: the first `written` bytes of the spare capacity were initialized above.
+        unsafe { t.out.set_len(t.out.len() + written) };
+        let n = recs.len() - rest.as_slice().len();
+        if let Some(last) = n.checked_sub(1) {
+            self.resume_ip = recs[last].pc();
+        }
+        self.resumes += n as u64;
+        self.tnt = tnt;
+        self.tnt_packets += written as u64;
+        self.compressed_rets += rets;
+        self.psb_room -= written as u64;
+        *cur = (b, delta);
+        (n, stop)
     }
 
     /// A full short TNT (`full`, from the accumulator) goes out; false once the PSB period is

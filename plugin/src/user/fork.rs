@@ -35,6 +35,11 @@ thread_local! {
 }
 
 impl Shared {
+    /// Does this run trace at all (not `trace=off`)?
+    pub(crate) fn traces(&self) -> bool {
+        self.opts.trace != TraceKind::Off
+    }
+
     /// Are forked children traced? `inherit=1` (default), something traced, and a drain that
     /// does not depend on the real-time drainer thread (which the child would not have).
     pub(crate) fn inherits(&self) -> bool {
