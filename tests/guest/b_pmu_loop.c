@@ -6,11 +6,6 @@
  * the plugin (no architectural PMU in CPUID.0AH) both phases run uncounted. */
 #include "bench_loop.h"
 
-#define IA32_PMC0             0xC1
-#define IA32_PERFEVTSEL0      0x186
-#define IA32_FIXED_CTR0       0x309
-#define IA32_FIXED_CTR_CTRL   0x38D
-#define IA32_PERF_GLOBAL_CTRL 0x38F
 
 void test_main(void)
 {

@@ -53,14 +53,14 @@ void test_main(void)
     uint64_t off = timed(mid, N), on, ind, bytes = 0;
     if (pt) {
         uint8_t *buf = alloc_aligned(1 << 20, 1 << 20);
-        wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-        wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, (1 << 20) - 1);
+        wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+        wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, (1 << 20) - 1);
         uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN;
-        wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
+        wrmsr(IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
         on = timed(mid, N);
         ind = timed(mid_ind, N);
-        wrmsr(MSR_IA32_RTIT_CTL, ctl);
-        bytes = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+        wrmsr(IA32_RTIT_CTL, ctl);
+        bytes = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     } else {
         on = timed(mid, N);
         ind = timed(mid_ind, N);

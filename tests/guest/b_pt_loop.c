@@ -15,25 +15,25 @@ void test_main(void)
     uint64_t off = timed(N), configured, on, topa, bytes = 0;
     if (pt) {
         uint8_t *buf = alloc_aligned(1 << 20, 1 << 20);
-        wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-        wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, (1 << 20) - 1);
+        wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+        wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, (1 << 20) - 1);
         uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN;
-        wrmsr(MSR_IA32_RTIT_CTL, ctl);
+        wrmsr(IA32_RTIT_CTL, ctl);
         configured = timed(N);
-        wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
+        wrmsr(IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
         on = timed(N);
-        wrmsr(MSR_IA32_RTIT_CTL, ctl);
-        uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
+        wrmsr(IA32_RTIT_CTL, ctl);
+        uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
         bytes = mp >> 32; /* offset in the 1 MiB range (wraps: a lower bound) */
         uint64_t *table = alloc_aligned(4096, 4096);
         table[0] = (uint64_t)buf | TOPA_SIZE(7);               /* 512 KiB */
         table[1] = (uint64_t)(buf + (1 << 19)) | TOPA_SIZE(7); /* 512 KiB */
         table[2] = (uint64_t)table | TOPA_END;
-        wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)table);
-        wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0x7F);
-        wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TOPA | RTIT_CTL_TRACEEN);
+        wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)table);
+        wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0x7F);
+        wrmsr(IA32_RTIT_CTL, ctl | RTIT_CTL_TOPA | RTIT_CTL_TRACEEN);
         topa = timed(N);
-        wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TOPA);
+        wrmsr(IA32_RTIT_CTL, ctl | RTIT_CTL_TOPA);
     } else {
         configured = timed(N);
         on = timed(N);

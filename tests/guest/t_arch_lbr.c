@@ -11,16 +11,6 @@
  * after a depth write, a nonzero count for every other (each branch here ends a block). */
 #include "guest.h"
 
-#define IA32_DEBUGCTL   0x1D9
-#define IA32_LBR_CTL    0x14CE
-#define IA32_LBR_DEPTH  0x14CF
-#define IA32_LBR_FROM   0x1500
-#define IA32_LBR_TO     0x1600
-#define IA32_LBR_INFO   0x1200
-#define MSR_LBR_SELECT  0x1C8
-#define MSR_LBR_TOS     0x1C9
-#define MSR_LASTBRANCH_FROM 0x680
-#define MSR_LBR_INFO    0xDC0
 #define MISPRED (1ull << 63)
 #define BR(t) ((uint64_t)(t) << 56)
 #define CYC_CNT 0xFFFFull
@@ -168,11 +158,6 @@ static void expect_al_run(uint32_t at)
     expect(at + 8, al_jmp, al_l1, BR(REL_JMP));
 }
 
-#define IA32_A_PMC0 0x4C1
-#define IA32_PERFEVTSEL0 0x186
-#define IA32_PERF_GLOBAL_STATUS 0x38E
-#define IA32_PERF_GLOBAL_CTRL 0x38F
-#define IA32_PERF_GLOBAL_STATUS_RESET 0x390
 #define LBR_FRZ (1ull << 58)
 #define PMI_VECTOR 0xF0
 
@@ -226,7 +211,7 @@ void test_main(void)
     ASSERT_EQ(rdmsr(IA32_LBR_CTL), 0);
     ASSERT(rdmsr_safe(MSR_LBR_TOS, &scratch));    /* no model-specific LBRs */
     ASSERT(rdmsr_safe(MSR_LBR_SELECT, &scratch));
-    ASSERT(wrmsr_safe(MSR_LASTBRANCH_FROM, 0));
+    ASSERT(wrmsr_safe(MSR_LBR_FROM, 0));
     ASSERT(rdmsr_safe(MSR_LBR_INFO + 31, &scratch));
     static const unsigned reserved_ctl[] = { 4, 8, 15, 23, 31, 32, 63 };
     for (unsigned i = 0; i < sizeof reserved_ctl / sizeof reserved_ctl[0]; i++)

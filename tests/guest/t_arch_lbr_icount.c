@@ -7,10 +7,6 @@
  * mode a RET's pop is an update the next record counts from. */
 #include "guest.h"
 
-#define IA32_LBR_CTL    0x14CE
-#define IA32_LBR_DEPTH  0x14CF
-#define IA32_LBR_FROM   0x1500
-#define IA32_LBR_INFO   0x1200
 #define VALID (1ull << 60)
 #define BR(t) ((uint64_t)(t) << 56)
 enum { COND = 0, REL_JMP = 2, REL_CALL = 4 };

@@ -22,32 +22,32 @@ void test_main(void)
     ASSERT(r[3] & (1u << 21)); /* DS */
     ASSERT(r[2] & (1u << 2));  /* DTES64 */
     ASSERT(r[2] & (1u << 4));  /* DS-CPL */
-    uint64_t misc = rdmsr(MSR_IA32_MISC_ENABLE);
+    uint64_t misc = rdmsr(IA32_MISC_ENABLE);
     ASSERT_EQ(misc & (1u << 11), 0);
     ASSERT_EQ(misc & (1u << 12), 1u << 12);
 
-    ASSERT_EQ(rdmsr(MSR_IA32_DEBUGCTL), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_DS_AREA), 0);
-    wrmsr(MSR_IA32_DEBUGCTL, 0x3); /* LBR | BTF: kept and read back */
-    ASSERT_EQ(rdmsr(MSR_IA32_DEBUGCTL), 0x3);
-    ASSERT(wrmsr_safe(MSR_IA32_DEBUGCTL, 1u << 2) != 0);  /* reserved bit 2 */
+    ASSERT_EQ(rdmsr(IA32_DEBUGCTL), 0);
+    ASSERT_EQ(rdmsr(IA32_DS_AREA), 0);
+    wrmsr(IA32_DEBUGCTL, 0x3); /* LBR | BTF: kept and read back */
+    ASSERT_EQ(rdmsr(IA32_DEBUGCTL), 0x3);
+    ASSERT(wrmsr_safe(IA32_DEBUGCTL, 1u << 2) != 0);  /* reserved bit 2 */
     ASSERT_EQ(last_fault.vector, 13);
     ASSERT_EQ(last_fault.error_code, 0);
-    ASSERT(wrmsr_safe(MSR_IA32_DEBUGCTL, 1ull << 32) != 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_DEBUGCTL), 0x3);
-    wrmsr(MSR_IA32_DEBUGCTL, 0);
-    ASSERT(wrmsr_safe(MSR_IA32_DS_AREA, 0x0000800000000000ull) != 0); /* non-canonical */
-    ASSERT_EQ(rdmsr(MSR_IA32_DS_AREA), 0);
-    wrmsr(MSR_IA32_DS_AREA, 0xFFFF800000001000ull);
-    ASSERT_EQ(rdmsr(MSR_IA32_DS_AREA), 0xFFFF800000001000ull);
+    ASSERT(wrmsr_safe(IA32_DEBUGCTL, 1ull << 32) != 0);
+    ASSERT_EQ(rdmsr(IA32_DEBUGCTL), 0x3);
+    wrmsr(IA32_DEBUGCTL, 0);
+    ASSERT(wrmsr_safe(IA32_DS_AREA, 0x0000800000000000ull) != 0); /* non-canonical */
+    ASSERT_EQ(rdmsr(IA32_DS_AREA), 0);
+    wrmsr(IA32_DS_AREA, 0xFFFF800000001000ull);
+    ASSERT_EQ(rdmsr(IA32_DS_AREA), 0xFFFF800000001000ull);
 
     bts_setup(&ds, ring, 10, 11);
-    ASSERT_EQ(rdmsr(MSR_IA32_DS_AREA), (uint64_t)&ds);
+    ASSERT_EQ(rdmsr(IA32_DS_AREA), (uint64_t)&ds);
     irq_disable();
     BTS_WRMSR("bts_enable_wrmsr", DEBUGCTL_TR | DEBUGCTL_BTS);
     sink = work(40);
     BTS_WRMSR("bts_disable_wrmsr", 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_DEBUGCTL), 0);
+    ASSERT_EQ(rdmsr(IA32_DEBUGCTL), 0);
 
     uint64_t idx = ds.bts_index;
     ASSERT(idx >= ds.bts_base && idx < ds.bts_max);

@@ -16,23 +16,23 @@ static struct bts_record buf[16] __attribute__((aligned(64)));
 
 static void traced(int n)
 {
-    wrmsr(MSR_IA32_DEBUGCTL, DEBUGCTL_TR | DEBUGCTL_BTS);
+    wrmsr(IA32_DEBUGCTL, DEBUGCTL_TR | DEBUGCTL_BTS);
     sink = work(n);
-    wrmsr(MSR_IA32_DEBUGCTL, 0);
+    wrmsr(IA32_DEBUGCTL, 0);
 }
 
 void test_main(void)
 {
     irq_disable();
     /* 1. */
-    wrmsr(MSR_IA32_DS_AREA, UNMAPPED_ADDR);
+    wrmsr(IA32_DS_AREA, UNMAPPED_ADDR);
     traced(20);
-    ASSERT_EQ(rdmsr(MSR_IA32_DS_AREA), UNMAPPED_ADDR);
+    ASSERT_EQ(rdmsr(IA32_DS_AREA), UNMAPPED_ADDR);
     /* 2. */
     ds.bts_base = ds.bts_index = UNMAPPED_ADDR + 0x1000;
     ds.bts_max = UNMAPPED_ADDR + 0x2000;
     ds.bts_threshold = UNMAPPED_ADDR + 0x3000;
-    wrmsr(MSR_IA32_DS_AREA, (uint64_t)&ds);
+    wrmsr(IA32_DS_AREA, (uint64_t)&ds);
     traced(20);
     ASSERT_EQ(ds.bts_index, UNMAPPED_ADDR + 0x1000);
     /* 3. Base at buf[8], index at buf[2]: records go to buf[2], buf[3], ... */

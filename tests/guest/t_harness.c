@@ -48,11 +48,11 @@ static __attribute__((noinline)) uint64_t work(uint64_t n)
 void test_main(void)
 {
     /* 64-bit mode: EFER.LMA, paging, CS = 64-bit kernel code segment. */
-    ASSERT(rdmsr(MSR_EFER) & EFER_LMA);
+    ASSERT(rdmsr(IA32_EFER) & EFER_LMA);
     ASSERT(read_cr0() & CR0_PG);
     ASSERT(read_cr4() & CR4_PAE);
     ASSERT_EQ(read_cs(), KERNEL_CS);
-    printf("ok 64-bit mode, EFER %#lx\n", rdmsr(MSR_EFER));
+    printf("ok 64-bit mode, EFER %#lx\n", rdmsr(IA32_EFER));
 
     /* CPUID vendor. */
     uint32_t r[4];
@@ -66,13 +66,13 @@ void test_main(void)
     printf("ok CPUID vendor %s, max leaf %#x\n", vendor, r[0]);
 
     /* wrmsr_safe: reserved bits 63:52 of IA32_APIC_BASE -> #GP(0), execution continues. */
-    uint64_t apic_base = rdmsr(MSR_IA32_APIC_BASE), n = last_fault.count;
-    ASSERT(wrmsr_safe(MSR_IA32_APIC_BASE, apic_base | 0xFFF0000000000000ULL) != 0);
+    uint64_t apic_base = rdmsr(IA32_APIC_BASE), n = last_fault.count;
+    ASSERT(wrmsr_safe(IA32_APIC_BASE, apic_base | 0xFFF0000000000000ULL) != 0);
     ASSERT_EQ(last_fault.count, n + 1);
     ASSERT_EQ(last_fault.vector, 13);
     ASSERT_EQ(last_fault.error_code, 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_APIC_BASE), apic_base);
-    ASSERT_EQ(wrmsr_safe(MSR_IA32_APIC_BASE, apic_base), 0);
+    ASSERT_EQ(rdmsr(IA32_APIC_BASE), apic_base);
+    ASSERT_EQ(wrmsr_safe(IA32_APIC_BASE, apic_base), 0);
     printf("ok wrmsr_safe #GP(%lu) at %#lx, error code %lu\n", last_fault.vector,
            last_fault.rip, last_fault.error_code);
 

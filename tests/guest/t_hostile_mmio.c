@@ -88,9 +88,9 @@ static void topa_two(uint64_t first, uint64_t second)
     table[0] = first | TOPA_SIZE(0);
     table[1] = second | TOPA_SIZE(0);
     table[2] = (uint64_t)table | TOPA_END;
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)table);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0x7F);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)table);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0x7F);
+    wrmsr(IA32_RTIT_STATUS, 0);
 }
 
 /* A sane single range afterwards traces normally. */
@@ -98,13 +98,13 @@ static uint8_t *sane;
 static void sane_run(void)
 {
     memset(sane, 0, 4096);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)sane);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)sane);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL_SINGLE, 20);
     ASSERT(pt_has_psb(sane));
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
-    ASSERT((rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32) > 16);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    ASSERT((rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32) > 16);
 }
 
 /* ~5 KiB of trace: the first region fills, the second gets the rest. */
@@ -116,7 +116,7 @@ static uint64_t restricted;
 static void expect_dropped_then_second(const char *what, uint8_t *second)
 {
     restricted += 4096; /* the whole first region, then entry 1 */
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
+    uint64_t st = rdmsr(IA32_RTIT_STATUS), mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
     printf("%s: STATUS %lx MASK_PTRS %lx\n", what, st, mp);
     ASSERT_EQ(st & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     ASSERT_EQ(((mp >> 7) & 0x1FFFFFF), 1); /* proc_trace_table_offset: entry 1 */
@@ -141,10 +141,10 @@ void test_main(void)
 
     /* How many churn iterations make ~5 KiB. */
     memset(second, 0, 4096);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)second);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)second);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
     traced_run(CTL_SINGLE, 100);
-    uint64_t per100 = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    uint64_t per100 = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     ASSERT(per100 > 16);
     n_5k = 100 * 5000 / per100;
     printf("%lu bytes per 100 iterations; %lu iterations for ~5 KiB\n", per100, n_5k);
@@ -158,9 +158,9 @@ void test_main(void)
     sane_run();
 
     /* 2. */
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, LAPIC_BASE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0x7F);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, LAPIC_BASE);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0x7F);
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL_TOPA, 50);
     printf("2. ToPA table on the APIC page: STATUS while on %lx\n", traced_status_on);
     ASSERT(traced_status_on & RTIT_STATUS_ERROR);
@@ -176,12 +176,12 @@ void test_main(void)
     topa_two(HPET_BASE, (uint64_t)second);
     traced_run(CTL_TOPA, n_5k);
     expect_dropped_then_second("3b. ToPA region on the HPET page", second);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, IOAPIC_BASE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, IOAPIC_BASE);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL_SINGLE, 100 * 3000 / per100); /* ~3000 bytes: no wrap in the 4 KiB range */
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_ERROR, 0);
-    uint64_t single = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & RTIT_STATUS_ERROR, 0);
+    uint64_t single = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     printf("3c. single range on the IOAPIC page: %lu bytes\n", single);
     ASSERT(single > 0 && single < 4096);
     restricted += single;
@@ -191,13 +191,13 @@ void test_main(void)
     /* 4. The APIC page moved onto RAM. */
     uint8_t *moved = alloc_aligned(4096, 4096);
     memset(moved, 0xA5, 4096);
-    uint64_t apic_base = rdmsr(MSR_IA32_APIC_BASE);
-    wrmsr(MSR_IA32_APIC_BASE, (uint64_t)moved | (apic_base & 0xFFF));
-    ASSERT_EQ(rdmsr(MSR_IA32_APIC_BASE) & ~0xFFFull, (uint64_t)moved);
+    uint64_t apic_base = rdmsr(IA32_APIC_BASE);
+    wrmsr(IA32_APIC_BASE, (uint64_t)moved | (apic_base & 0xFFF));
+    ASSERT_EQ(rdmsr(IA32_APIC_BASE) & ~0xFFFull, (uint64_t)moved);
     memset(second, 0, 4096);
     topa_two((uint64_t)moved, (uint64_t)second);
     traced_run(CTL_TOPA, n_5k);
-    wrmsr(MSR_IA32_APIC_BASE, apic_base);
+    wrmsr(IA32_APIC_BASE, apic_base);
     expect_dropped_then_second("4. ToPA region on the relocated APIC page", second);
     for (int i = 0; i < 4096; i++)
         if (moved[i] != 0xA5) {
@@ -212,10 +212,10 @@ void test_main(void)
     ds->bts_base = ds->bts_index = LAPIC_BASE;
     ds->bts_max = LAPIC_BASE + 16 * sizeof(struct bts_record);
     ds->bts_threshold = ds->bts_max + sizeof(struct bts_record);
-    wrmsr(MSR_IA32_DS_AREA, (uint64_t)ds);
-    wrmsr(MSR_IA32_DEBUGCTL, DEBUGCTL_TR | DEBUGCTL_BTS);
+    wrmsr(IA32_DS_AREA, (uint64_t)ds);
+    wrmsr(IA32_DEBUGCTL, DEBUGCTL_TR | DEBUGCTL_BTS);
     churn_sink = churn(20);
-    wrmsr(MSR_IA32_DEBUGCTL, 0);
+    wrmsr(IA32_DEBUGCTL, 0);
     printf("5. BTS buffer on the APIC page: index %lx\n", ds->bts_index);
     ASSERT_EQ(ds->bts_index, LAPIC_BASE);
     check_unchanged("5", &dev);
@@ -224,7 +224,7 @@ void test_main(void)
     uint32_t r[4];
     cpuid(1, 0, r);
     if (r[2] & (1u << 21)) {
-        wrmsr(MSR_IA32_APIC_BASE, apic_base | APIC_BASE_EXTD);
+        wrmsr(IA32_APIC_BASE, apic_base | APIC_BASE_EXTD);
         uint64_t x2[4] = { rdmsr(0x808), rdmsr(0x80F), rdmsr(0x832), rdmsr(0x834) };
         memset(second, 0, 4096);
         topa_two(LAPIC_BASE, (uint64_t)second);

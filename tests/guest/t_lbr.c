@@ -6,13 +6,6 @@
  * deterministic): exact only for the first record since RESET (0), nonzero for the others. */
 #include "guest.h"
 
-#define IA32_PERF_CAPABILITIES 0x345
-#define IA32_DEBUGCTL   0x1D9
-#define MSR_LBR_SELECT  0x1C8
-#define MSR_LBR_TOS     0x1C9
-#define MSR_LBR_FROM    0x680
-#define MSR_LBR_TO      0x6C0
-#define MSR_LBR_INFO    0xDC0
 #define MISPRED (1ull << 63)
 #define CYC_CNT 0xFFFFull
 
@@ -47,12 +40,6 @@ asm(".text\n"
     "lbr_f: nop\n"
     "lbr_ret: ret\n");
 
-#define IA32_PMC0 0xC1
-#define IA32_A_PMC0 0x4C1
-#define IA32_PERFEVTSEL0 0x186
-#define IA32_PERF_GLOBAL_STATUS 0x38E
-#define IA32_PERF_GLOBAL_CTRL 0x38F
-#define IA32_PERF_GLOBAL_STATUS_RESET 0x390
 #define LBR_FRZ (1ull << 58)
 #define PMI_VECTOR 0xF0
 

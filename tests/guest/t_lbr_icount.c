@@ -7,11 +7,6 @@
  * a filtered branch (LBR_SELECT.JCC) is no update; the count saturates at FFFFH. */
 #include "guest.h"
 
-#define IA32_DEBUGCTL   0x1D9
-#define MSR_LBR_SELECT  0x1C8
-#define MSR_LBR_TOS     0x1C9
-#define MSR_LBR_FROM    0x680
-#define MSR_LBR_INFO    0xDC0
 #define MISPRED (1ull << 63)
 
 extern void cy_run(void);

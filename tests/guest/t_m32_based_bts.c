@@ -15,8 +15,6 @@
 #define BASED_W_END    "bts_disable_wrmsr_b"
 #include "lib32/based.h"
 
-#define MSR_IA32_DEBUGCTL 0x1D9
-#define MSR_IA32_DS_AREA  0x600
 #define DEBUGCTL_TR  (1u << 6)
 #define DEBUGCTL_BTS (1u << 7)
 
@@ -40,13 +38,13 @@ void m32_main(void)
     uint32_t ecx;
     asm volatile("cpuid" : "=c"(ecx) : "a"(1), "c"(0) : "ebx", "edx");
     CHECK(ecx & (1u << 2)); /* DTES64 */
-    static const uint32_t msr[4] = { MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL };
+    static const uint32_t msr[4] = { IA32_DEBUGCTL, IA32_DEBUGCTL, IA32_DEBUGCTL, IA32_DEBUGCTL };
     static const uint32_t val[4] = { DEBUGCTL_TR | DEBUGCTL_BTS, 0, DEBUGCTL_TR | DEBUGCTL_BTS, 0 };
     based_setup(msr, val, 0);
     ds.bts_base = ds.bts_index = (uint32_t)rec;
     ds.bts_max = (uint32_t)rec + SLOTS * sizeof(struct bts_record);
     ds.bts_threshold = ds.bts_max + sizeof(struct bts_record);
-    wrmsr(MSR_IA32_DS_AREA, (uint32_t)&ds);
+    wrmsr(IA32_DS_AREA, (uint32_t)&ds);
     based_trip();
     puts_serial("trip BX "); put_hex(based_bx); putc_serial('\n');
     CHECK(based_bx == BASED_EXPECTED_BX);

@@ -30,12 +30,6 @@
 #define BASED_W_END    "pt_filter_disable_wrmsr"
 #include "lib32/based.h"
 
-#define MSR_IA32_RTIT_OUTPUT_BASE      0x560
-#define MSR_IA32_RTIT_OUTPUT_MASK_PTRS 0x561
-#define MSR_IA32_RTIT_CTL              0x570
-#define MSR_IA32_RTIT_STATUS           0x571
-#define MSR_IA32_RTIT_ADDR0_A          0x580
-#define MSR_IA32_RTIT_ADDR0_B          0x581
 #define RTIT_CTL_TRACEEN   (1u << 0)
 #define RTIT_CTL_OS        (1u << 2)
 #define RTIT_CTL_USER      (1u << 3)
@@ -54,21 +48,21 @@ void m32_main(void)
     asm volatile("cpuid" : "=a"(eax), "=c"(ecx) : "a"(0x14), "c"(1) : "ebx", "edx");
     CHECK((eax & 7) >= 1); /* an address range */
     uint32_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN;
-    static const uint32_t msr[4] = { MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL };
+    static const uint32_t msr[4] = { IA32_RTIT_CTL, IA32_RTIT_CTL, IA32_RTIT_CTL, IA32_RTIT_CTL };
     const uint32_t val[4] = { ctl | RTIT_CTL_TRACEEN, ctl, ctl | RTIT_CTL_TRACEEN, ctl };
     based_setup(msr, val, RTIT_CTL_ADDR0_CFG_FILTER_HI);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint32_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    wrmsr(MSR_IA32_RTIT_ADDR0_A, (uint32_t)bp_s32 - BASED_B32);
-    wrmsr(MSR_IA32_RTIT_ADDR0_B, (uint32_t)based16_start - BASED_B32 - 1);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint32_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_ADDR0_A, (uint32_t)bp_s32 - BASED_B32);
+    wrmsr(IA32_RTIT_ADDR0_B, (uint32_t)based16_start - BASED_B32 - 1);
     based_trip();
     puts_serial("trip BX "); put_hex(based_bx); putc_serial('\n');
     CHECK(based_bx == BASED_EXPECTED_BX);
-    uint32_t len = (uint32_t)(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32);
+    uint32_t len = (uint32_t)(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32);
     puts_serial("single range: "); put_hex(len); puts_serial(" bytes\n");
     CHECK(len > 16 && len < 4096);
-    CHECK((rdmsr(MSR_IA32_RTIT_STATUS) & 0x30) == 0);
+    CHECK((rdmsr(IA32_RTIT_STATUS) & 0x30) == 0);
     /* More than the PSB+ of the enable and of the resume (16 bytes each without TSC): the
      * payloads themselves are checked by the host. */
     CHECK(len > 2 * 16 + 8);

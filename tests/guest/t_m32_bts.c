@@ -5,8 +5,6 @@
  * recorded `call rel32` at X with FROM = X+3 (the 16-bit length) here. */
 #include "lib32/m32.h"
 
-#define MSR_IA32_DEBUGCTL 0x1D9
-#define MSR_IA32_DS_AREA  0x600
 #define DEBUGCTL_TR  (1u << 6)
 #define DEBUGCTL_BTS (1u << 7)
 
@@ -19,7 +17,7 @@ static struct ds_area ds __attribute__((aligned(64)));
 static struct bts_record rec[SLOTS] __attribute__((aligned(64)));
 
 #define BTS_WRMSR(label, value) \
-    asm volatile(".globl " label "\n" label ": wrmsr" :: "c"(MSR_IA32_DEBUGCTL), "a"(value), "d"(0) : "memory")
+    asm volatile(".globl " label "\n" label ": wrmsr" :: "c"(IA32_DEBUGCTL), "a"(value), "d"(0) : "memory")
 
 void m32_main(void)
 {
@@ -31,7 +29,7 @@ void m32_main(void)
     ds.bts_base = ds.bts_index = (uint32_t)rec;
     ds.bts_max = (uint32_t)rec + SLOTS * sizeof(struct bts_record);
     ds.bts_threshold = ds.bts_max + sizeof(struct bts_record);
-    wrmsr(MSR_IA32_DS_AREA, (uint32_t)&ds);
+    wrmsr(IA32_DS_AREA, (uint32_t)&ds);
     BTS_WRMSR("bts_enable_wrmsr", DEBUGCTL_TR | DEBUGCTL_BTS);
     m32_sink = m32_work(6);
     BTS_WRMSR("bts_disable_wrmsr", 0);

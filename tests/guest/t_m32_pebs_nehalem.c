@@ -10,14 +10,6 @@
  * is event j + 1; PMC0 starts at 2^48 - P, reloads 2^48 - Q. */
 #include "lib32/m32.h"
 
-#define IA32_PMC0               0xC1
-#define IA32_PERFEVTSEL0        0x186
-#define IA32_PERF_CAPABILITIES  0x345
-#define IA32_PERF_GLOBAL_STATUS 0x38E
-#define IA32_PERF_GLOBAL_CTRL   0x38F
-#define IA32_PERF_GLOBAL_OVF_CTRL 0x390
-#define IA32_PEBS_ENABLE        0x3F1
-#define IA32_DS_AREA            0x600
 
 #define P     5u
 #define Q     3u
@@ -75,7 +67,7 @@ void m32_main(void)
     /* ...but seed 001 §6.7.1: no DTES64 -> the 40-byte record. */
 
     wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
-    wrmsr(IA32_PERF_GLOBAL_OVF_CTRL, rdmsr(IA32_PERF_GLOBAL_STATUS));
+    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, rdmsr(IA32_PERF_GLOBAL_STATUS));
     for (uint32_t i = 0; i < sizeof buf; i++)
         buf[i] = 0xA5;
     ds.pebs_base = ds.pebs_index = (uint32_t)buf;
@@ -112,6 +104,6 @@ void m32_main(void)
         CHECK(buf[i] == 0xA5);                   /* nothing at or past the maximum */
     /* 9 triggers (events 6, 10, ..., 38), each reloading 2^48 - Q; then events 39 and 40. */
     CHECK(rdmsr(IA32_PMC0) == (1ull << 48) - Q + 2);
-    wrmsr(IA32_PERF_GLOBAL_OVF_CTRL, rdmsr(IA32_PERF_GLOBAL_STATUS));
+    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, rdmsr(IA32_PERF_GLOBAL_STATUS));
     m32_exit(1);
 }

@@ -1,18 +1,12 @@
 /* Issue 12: Atom RTIT (profile=silvermont, seed 002) from a multiboot guest that stays in the
  * loader's 32-bit protected mode and never executes LGDT (lib32/entry.S). Single output region
- * (RTIT_BASE_ADDR / RTIT_LIMIT_MASK / RTIT_OFFSET, seed 002 §3.3) programmed with WRMSR from
- * 32-bit code around a loop with calls and conditional branches; every RTIT_CTL write drains the
- * internal buffer (§3.3.2), so RTIT_OFFSET is the stream length after the disabling WRMSR. The
+ * (MSR_RTIT_BASE_ADDR / MSR_RTIT_LIMIT_MASK / MSR_RTIT_OFFSET, seed 002 §3.3) programmed with WRMSR from
+ * 32-bit code around a loop with calls and conditional branches; every MSR_RTIT_CTL write drains the
+ * internal buffer (§3.3.2), so MSR_RTIT_OFFSET is the stream length after the disabling WRMSR. The
  * host compares the bytes with the plugin's copy and decodes them against the ground truth. */
 // pttrace-options: profile=silvermont
 #include "lib32/m32.h"
 
-#define RTIT_CTL         0x768
-#define RTIT_STATUS      0x769
-#define RTIT_EVENTS      0x76C
-#define RTIT_BASE_ADDR   0x770
-#define RTIT_LIMIT_MASK  0x771
-#define RTIT_OFFSET      0x772
 #define ATOM_CTL_TRACE_EN     (1u << 0)
 #define ATOM_CTL_OS           (1u << 2)
 #define ATOM_CTL_USER         (1u << 3)
@@ -25,20 +19,20 @@ void m32_main(void)
 {
     puts_serial("t_m32_rtit: 32-bit protected mode, loader's GDT\n");
     m32_check_mode();
-    (void)rdmsr(RTIT_CTL); /* §3.3.1: RTIT_CTL is read first */
-    wrmsr(RTIT_BASE_ADDR, (uint32_t)buf);
-    wrmsr(RTIT_LIMIT_MASK, 0xFFF);
-    wrmsr(RTIT_OFFSET, 0);
-    wrmsr(RTIT_EVENTS, 7 | (6 << 3)); /* FilterEn: always on; TraceStop: always off */
+    (void)rdmsr(MSR_RTIT_CTL); /* §3.3.1: MSR_RTIT_CTL is read first */
+    wrmsr(MSR_RTIT_BASE_ADDR, (uint32_t)buf);
+    wrmsr(MSR_RTIT_LIMIT_MASK, 0xFFF);
+    wrmsr(MSR_RTIT_OFFSET, 0);
+    wrmsr(MSR_RTIT_EVENTS, 7 | (6 << 3)); /* FilterEn: always on; TraceStop: always off */
     uint32_t ctl = ATOM_CTL_OS | ATOM_CTL_USER | ATOM_CTL_CMPRS_RET;
-    wrmsr(RTIT_CTL, ctl);
+    wrmsr(MSR_RTIT_CTL, ctl);
     uint32_t on = ctl | ATOM_CTL_TRACE_EN | ATOM_CTL_TRACE_ACTIVE;
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
-                 :: "c"(RTIT_CTL), "a"(on), "d"(0) : "memory");
+                 :: "c"(MSR_RTIT_CTL), "a"(on), "d"(0) : "memory");
     m32_sink = m32_work(20);
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
-                 :: "c"(RTIT_CTL), "a"(ctl), "d"(0) : "memory");
-    uint32_t len = (uint32_t)rdmsr(RTIT_OFFSET);
+                 :: "c"(MSR_RTIT_CTL), "a"(ctl), "d"(0) : "memory");
+    uint32_t len = (uint32_t)rdmsr(MSR_RTIT_OFFSET);
     puts_serial("TNTBUFF "); put_hex(rdmsr(0x77D)); putc_serial('\n');
     puts_serial("RTIT: "); put_hex(len); puts_serial(" bytes\n");
     CHECK(len > 16 && len < 4096);

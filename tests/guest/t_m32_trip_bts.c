@@ -17,8 +17,6 @@
 #define TRIP_W_END    "bts_disable_wrmsr_b"
 #include "lib32/trip.h"
 
-#define MSR_IA32_DEBUGCTL 0x1D9
-#define MSR_IA32_DS_AREA  0x600
 #define DEBUGCTL_TR  (1u << 6)
 #define DEBUGCTL_BTS (1u << 7)
 
@@ -41,13 +39,13 @@ void m32_main(void)
     uint32_t ecx;
     asm volatile("cpuid" : "=c"(ecx) : "a"(1), "c"(0) : "ebx", "edx");
     CHECK(ecx & (1u << 2)); /* DTES64 */
-    static const uint32_t msr[4] = { MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL, MSR_IA32_DEBUGCTL };
+    static const uint32_t msr[4] = { IA32_DEBUGCTL, IA32_DEBUGCTL, IA32_DEBUGCTL, IA32_DEBUGCTL };
     static const uint32_t val[4] = { DEBUGCTL_TR | DEBUGCTL_BTS, 0, DEBUGCTL_TR | DEBUGCTL_BTS, 0 };
     trip_setup(msr, val);
     ds.bts_base = ds.bts_index = (uint32_t)rec;
     ds.bts_max = (uint32_t)rec + SLOTS * sizeof(struct bts_record);
     ds.bts_threshold = ds.bts_max + sizeof(struct bts_record);
-    wrmsr(MSR_IA32_DS_AREA, (uint32_t)&ds);
+    wrmsr(IA32_DS_AREA, (uint32_t)&ds);
     trip();
     puts_serial("trip BX "); put_hex(trip_bx); putc_serial('\n');
     CHECK(trip_bx == TRIP_EXPECTED_BX);

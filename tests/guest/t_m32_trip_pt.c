@@ -27,10 +27,6 @@
 #define TRIP_W_END    "pt_disable_wrmsr"
 #include "lib32/trip.h"
 
-#define MSR_IA32_RTIT_OUTPUT_BASE      0x560
-#define MSR_IA32_RTIT_OUTPUT_MASK_PTRS 0x561
-#define MSR_IA32_RTIT_CTL              0x570
-#define MSR_IA32_RTIT_STATUS           0x571
 #define RTIT_CTL_TRACEEN   (1u << 0)
 #define RTIT_CTL_OS        (1u << 2)
 #define RTIT_CTL_USER      (1u << 3)
@@ -43,20 +39,20 @@ void m32_main(void)
     puts_serial("t_m32_trip_pt: Intel PT across real mode, 16- and 32-bit protected mode\n");
     m32_check_mode();
     uint32_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN;
-    static const uint32_t msr[4] = { MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL, MSR_IA32_RTIT_CTL };
+    static const uint32_t msr[4] = { IA32_RTIT_CTL, IA32_RTIT_CTL, IA32_RTIT_CTL, IA32_RTIT_CTL };
     const uint32_t val[4] = { ctl | RTIT_CTL_TRACEEN, ctl, ctl | RTIT_CTL_TRACEEN, ctl };
     trip_setup(msr, val);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint32_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint32_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(IA32_RTIT_STATUS, 0);
     trip();
     puts_serial("trip BX "); put_hex(trip_bx); putc_serial('\n');
     CHECK(trip_bx == TRIP_EXPECTED_BX);
-    uint32_t len = (uint32_t)(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32);
+    uint32_t len = (uint32_t)(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32);
     puts_serial("single range: "); put_hex(len); puts_serial(" bytes\n");
     CHECK(len > 16 && len < 4096);
     CHECK(buf[len - 1] == 0x01); /* TIP.PGD, IP suppressed */
-    CHECK((rdmsr(MSR_IA32_RTIT_STATUS) & 0x30) == 0);
+    CHECK((rdmsr(IA32_RTIT_STATUS) & 0x30) == 0);
     hex_dump("PTDUMP ", buf, len);
     m32_exit(1);
 }

@@ -15,19 +15,6 @@
  * basic is EventingIP"), the GPR group's IP the next instruction. */
 #include "guest.h"
 
-#define IA32_PMC0               0xC1
-#define IA32_A_PMC0             0x4C1
-#define IA32_PERFEVTSEL0        0x186
-#define IA32_FIXED_CTR0         0x309
-#define IA32_FIXED_CTR_CTRL     0x38D
-#define IA32_PERF_CAPABILITIES  0x345
-#define IA32_PERF_GLOBAL_STATUS 0x38E
-#define IA32_PERF_GLOBAL_CTRL   0x38F
-#define IA32_PERF_GLOBAL_STATUS_RESET 0x390
-#define IA32_PEBS_ENABLE        0x3F1
-#define MSR_PEBS_DATA_CFG       0x3F2
-#define IA32_DS_AREA            0x600
-#define IA32_MISC_ENABLE        0x1A0
 #define OVF_BUFFER (1ull << 62)
 #define CTR_FRZ    (1ull << 59)
 #define ADAPTIVE   (1ull << 34)        /* IA32_PERFEVTSELx.Adaptive_Record */

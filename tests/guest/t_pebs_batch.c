@@ -11,14 +11,6 @@
  * the record and the reload: record k comes from event k(P + 1). */
 #include "pebs.h"
 
-#define IA32_PMC0               0xC1
-#define IA32_A_PMC0             0x4C1
-#define IA32_PERFEVTSEL0        0x186
-#define IA32_PERF_GLOBAL_STATUS 0x38E
-#define IA32_PERF_GLOBAL_CTRL   0x38F
-#define IA32_PERF_GLOBAL_STATUS_RESET 0x390
-#define IA32_PEBS_ENABLE        0x3F1
-#define IA32_DS_AREA            0x600
 
 #define P        30000ull
 #define RESET    ((1ull << 48) - P)

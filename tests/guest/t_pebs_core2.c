@@ -20,18 +20,6 @@
  * record it is reloaded with 2^40 - Q, so record k comes from event (P + 1) + (k - 1)(Q + 1). */
 #include "guest.h"
 
-#define IA32_PMC0               0xC1
-#define IA32_A_PMC0             0x4C1
-#define IA32_PERFEVTSEL0        0x186
-#define IA32_PERF_CAPABILITIES  0x345
-#define IA32_PERF_GLOBAL_STATUS 0x38E
-#define IA32_PERF_GLOBAL_CTRL   0x38F
-#define IA32_PERF_GLOBAL_OVF_CTRL 0x390
-#define IA32_PERF_GLOBAL_STATUS_SET 0x391
-#define IA32_PEBS_ENABLE        0x3F1
-#define IA32_DEBUGCTL           0x1D9
-#define IA32_DS_AREA            0x600
-#define IA32_MISC_ENABLE        0x1A0
 #define OVF_BUFFER (1ull << 62)
 
 #define WIDTH    40
@@ -100,7 +88,7 @@ uint32_t pebs_ctrl;
 
 /* The DS interrupt handler of seed 001 §9.2.2 (PEBS buffer reached the threshold): note the
  * status and the records, reset the PEBS index to the base, clear OvfBuffer and PMC0's overflow
- * bit through IA32_PERF_GLOBAL_OVF_CTRL, unmask LVTPC. Counters stay frozen (DEBUGCTL[12]:
+ * bit through IA32_PERF_GLOBAL_STATUS_RESET, unmask LVTPC. Counters stay frozen (DEBUGCTL[12]:
  * version 2 clears IA32_PERF_GLOBAL_CTRL at the PMI). */
 static volatile uint64_t pmis, pmi_status, pmi_ctrl, pmi_index;
 static uint8_t saved[SLOTS * REC];
@@ -115,7 +103,7 @@ static void pmi_handler(struct trap_frame *f)
     if (pmi_status & OVF_BUFFER) {
         memcpy(saved, pebs_buf, ds.pebs_index - ds.pebs_base);
         ds.pebs_index = ds.pebs_base;
-        wrmsr(IA32_PERF_GLOBAL_OVF_CTRL, OVF_BUFFER | 1);
+        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, OVF_BUFFER | 1);
     }
     lapic_write(LAPIC_LVT_PERF, 0x400);
 }
@@ -124,7 +112,7 @@ static void setup(uint64_t base, uint64_t max_records, uint64_t thr_records)
 {
     pebs_ctrl = 1;
     wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
-    wrmsr(IA32_PERF_GLOBAL_OVF_CTRL, rdmsr(IA32_PERF_GLOBAL_STATUS));
+    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, rdmsr(IA32_PERF_GLOBAL_STATUS));
     ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS), 0);
     memset(pebs_buf, 0xA5, sizeof pebs_buf);
     memset(&ds, 0, sizeof ds);
@@ -309,5 +297,5 @@ void test_main(void)
 
     wrmsr(IA32_PEBS_ENABLE, 0);
     wrmsr(IA32_PERFEVTSEL0 + 1, 0);
-    wrmsr(IA32_PERF_GLOBAL_OVF_CTRL, rdmsr(IA32_PERF_GLOBAL_STATUS));
+    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, rdmsr(IA32_PERF_GLOBAL_STATUS));
 }

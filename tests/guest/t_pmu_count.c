@@ -8,18 +8,6 @@
  * disables it does not. */
 #include "guest.h"
 
-#define IA32_PMC0             0xC1
-#define IA32_PERFEVTSEL0      0x186
-#define IA32_FIXED_CTR0       0x309
-#define IA32_PERF_CAPABILITIES 0x345
-#define IA32_FIXED_CTR_CTRL   0x38D
-#define IA32_PERF_GLOBAL_STATUS 0x38E
-#define IA32_PERF_GLOBAL_CTRL 0x38F
-#define IA32_PERF_GLOBAL_STATUS_RESET 0x390
-#define IA32_PERF_GLOBAL_STATUS_SET 0x391
-#define IA32_PERF_GLOBAL_INUSE 0x392
-#define IA32_A_PMC0           0x4C1
-#define IA32_DEBUGCTL         0x1D9
 
 #define EVT_USR (1ull << 16)
 #define EVT_OS  (1ull << 17)

@@ -9,13 +9,6 @@
  * run this guest fails (the PMI is taken at exact_after). */
 #include "guest.h"
 
-#define IA32_PMC0             0xC1
-#define IA32_PERFEVTSEL0      0x186
-#define IA32_PERF_GLOBAL_STATUS 0x38E
-#define IA32_PERF_GLOBAL_CTRL 0x38F
-#define IA32_PERF_GLOBAL_STATUS_RESET 0x390
-#define IA32_A_PMC0           0x4C1
-#define IA32_DEBUGCTL         0x1D9
 #define EVT_OS  (1ull << 17)
 #define EVT_INT (1ull << 20)
 #define EVT_EN  (1ull << 22)

@@ -150,19 +150,19 @@ void test_main(void)
     trip_ctl_on = (uint32_t)(ctl | RTIT_CTL_TRACEEN);
 
     uint8_t *buf = alloc_aligned(BUF_SIZE, BUF_SIZE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
+    wrmsr(IA32_RTIT_STATUS, 0);
     load_gdt(&mine);
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)), "d"(0) : "memory");
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)), "d"(0) : "memory");
     trip_result = compat_trip();
     ASSERT_EQ(trip_rsp_end, trip_rsp);
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"(0) : "memory");
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"(0) : "memory");
     load_gdt(&old);
     ASSERT_EQ(read_cs(), KERNEL_CS);
-    uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), st = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), st = rdmsr(IA32_RTIT_STATUS);
     uint64_t len = mp >> 32;
     printf("compat trip: ecx %x (expected %x), %lu bytes, STATUS %lx\n", trip_result, TRIP_ECX, len, st);
     ASSERT_EQ(trip_result, TRIP_ECX);

@@ -44,17 +44,17 @@ static inline uint64_t mov_cr3(uint64_t root)
 static void pt_on(void)
 {
     memset(buf, 0, BUF_SIZE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    wrmsr(MSR_IA32_RTIT_CR3_MATCH, cr3_alt());
-    wrmsr(MSR_IA32_RTIT_CTL, CTL | RTIT_CTL_TRACEEN);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
+    wrmsr(IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_CR3_MATCH, cr3_alt());
+    wrmsr(IA32_RTIT_CTL, CTL | RTIT_CTL_TRACEEN);
 }
 
 /* Parses (and prints) the stream written so far; TraceEn must be 0. */
 static void parse(const char *name, uint64_t status)
 {
-    uint64_t len = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    uint64_t len = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     printf("(%s) %lu bytes, STATUS after the disabling WRMSR %lx:\n", name, len, status);
     ASSERT(len < BUF_SIZE - 4096);
     npk = pt_parse_all(buf, len, pk, MAX_PKTS);
@@ -89,14 +89,14 @@ static void window_main_to_alt_and_back(void)
     ASSERT_EQ(read_cr3(), cr3_main());
     pt_on();
     sink = work(20); /* untraced: CR3 = main */
-    uint64_t st_main = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t st_main = rdmsr(IA32_RTIT_STATUS);
     uint64_t nlip = mov_cr3(cr3_alt());
     sink = work(20); /* traced */
-    uint64_t st_alt = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t st_alt = rdmsr(IA32_RTIT_STATUS);
     mov_cr3(cr3_main());
     sink = work(20); /* untraced */
-    wrmsr(MSR_IA32_RTIT_CTL, CTL);
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+    wrmsr(IA32_RTIT_CTL, CTL);
+    uint64_t st = rdmsr(IA32_RTIT_STATUS);
     parse("1: main -> alt -> main, disabled in main", st);
     printf("  STATUS in main %lx, in alt %lx; NLIP of MOV CR3 %lx\n", st_main, st_alt, nlip);
 
@@ -132,10 +132,10 @@ static void window_in_alt(void)
 {
     mov_cr3(cr3_alt());
     pt_on();
-    uint64_t st_on = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t st_on = rdmsr(IA32_RTIT_STATUS);
     sink = work(20);
-    asm volatile("wrmsr" :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)CTL), "d"((uint32_t)(CTL >> 32)));
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+    asm volatile("wrmsr" :: "c"(IA32_RTIT_CTL), "a"((uint32_t)CTL), "d"((uint32_t)(CTL >> 32)));
+    uint64_t st = rdmsr(IA32_RTIT_STATUS);
     mov_cr3(cr3_main());
     parse("2: enabled and disabled in alt", st);
     CHECK(st_on & RTIT_STATUS_CONTEXTEN);
@@ -166,8 +166,8 @@ static void window_user(void)
     uint64_t nlip = mov_cr3(cr3_alt());
     uint64_t r2 = enter_user(user_code, NULL); /* traced, ring 0 and ring 3 */
     mov_cr3(cr3_main());
-    wrmsr(MSR_IA32_RTIT_CTL, CTL);
-    parse("3: ring 3 under main, then under alt", rdmsr(MSR_IA32_RTIT_STATUS));
+    wrmsr(IA32_RTIT_CTL, CTL);
+    parse("3: ring 3 under main, then under alt", rdmsr(IA32_RTIT_STATUS));
     CHECK(r1 == r2);
     int i = next_pkt(psbend());
     CHECK(i < npk && pk[i].kind == PT_PIP && pk[i].val == cr3_alt());

@@ -99,32 +99,32 @@ void test_main(void)
 
     /* #GP rules: each new CTL bit is writable exactly when its CPUID bit is 1. */
     cpuid(0x14, 0, r);
-    ASSERT_EQ(wrmsr_safe(MSR_IA32_RTIT_CTL, RTIT_CTL_DISTNT), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_CTL), RTIT_CTL_DISTNT);
-    ASSERT_EQ(wrmsr_safe(MSR_IA32_RTIT_CTL, RTIT_CTL_PTWEN) != 0, !(r[1] & (1u << 4)));
-    ASSERT_EQ(wrmsr_safe(MSR_IA32_RTIT_CTL, RTIT_CTL_FUPONPTW) != 0, !(r[1] & (1u << 4)));
-    ASSERT_EQ(wrmsr_safe(MSR_IA32_RTIT_CTL, RTIT_CTL_PWREVTEN) != 0, !(r[1] & (1u << 5)));
-    ASSERT_EQ(wrmsr_safe(MSR_IA32_RTIT_CTL, RTIT_CTL_INJECTPSBPMI) != 0, !(r[1] & (1u << 6)));
-    ASSERT_EQ(wrmsr_safe(MSR_IA32_RTIT_CTL, RTIT_CTL_EVENTEN) != 0, !(r[1] & (1u << 7)));
-    ASSERT(wrmsr_safe(MSR_IA32_RTIT_CTL, 1ull << 57) != 0); /* always reserved */
-    ASSERT(wrmsr_safe(MSR_IA32_RTIT_CTL, 1ull << 54) != 0);
-    wrmsr(MSR_IA32_RTIT_CTL, 0);
+    ASSERT_EQ(wrmsr_safe(IA32_RTIT_CTL, RTIT_CTL_DISTNT), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_CTL), RTIT_CTL_DISTNT);
+    ASSERT_EQ(wrmsr_safe(IA32_RTIT_CTL, RTIT_CTL_PTWEN) != 0, !(r[1] & (1u << 4)));
+    ASSERT_EQ(wrmsr_safe(IA32_RTIT_CTL, RTIT_CTL_FUPONPTW) != 0, !(r[1] & (1u << 4)));
+    ASSERT_EQ(wrmsr_safe(IA32_RTIT_CTL, RTIT_CTL_PWREVTEN) != 0, !(r[1] & (1u << 5)));
+    ASSERT_EQ(wrmsr_safe(IA32_RTIT_CTL, RTIT_CTL_INJECTPSBPMI) != 0, !(r[1] & (1u << 6)));
+    ASSERT_EQ(wrmsr_safe(IA32_RTIT_CTL, RTIT_CTL_EVENTEN) != 0, !(r[1] & (1u << 7)));
+    ASSERT(wrmsr_safe(IA32_RTIT_CTL, 1ull << 57) != 0); /* always reserved */
+    ASSERT(wrmsr_safe(IA32_RTIT_CTL, 1ull << 54) != 0);
+    wrmsr(IA32_RTIT_CTL, 0);
 
     uint8_t *buf = alloc_aligned(4096, 4096);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(IA32_RTIT_STATUS, 0);
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_DISTNT; /* single range */
     distnt_body(ctl | RTIT_CTL_TRACEEN);
-    uint64_t end1 = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_CTL), ctl);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0); /* PacketByteCnt 0: PSB+ at the next enable */
+    uint64_t end1 = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    ASSERT_EQ(rdmsr(IA32_RTIT_CTL), ctl);
+    wrmsr(IA32_RTIT_STATUS, 0); /* PacketByteCnt 0: PSB+ at the next enable */
     distnt_body(ctl | RTIT_CTL_DISRETC | RTIT_CTL_TRACEEN);
-    uint64_t end2 = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    uint64_t end2 = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     printf("DisTNT: run 1 %lu bytes, run 2 (DisRETC) %lu bytes\n", end1, end2 - end1);
     pt_print(buf, end2);
     check_run(buf, 0, end1, 0);
     check_run(buf, end1, end2, 1);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     pt_dump(buf, end2);
 }

@@ -83,15 +83,15 @@ void test_main(void)
     lapic_enable();
 
     uint8_t *buf = alloc_aligned(16384, 16384);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 16384 - 1);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 16384 - 1);
+    wrmsr(IA32_RTIT_STATUS, 0);
     /* IA32_RTIT_CTL[27:24] PSBFreq = 5 (64K bytes): no PSB+ within the 16 KiB buffer. A PSB+ in
      * a timer wait (its length is the host's) would add the IF state of its MODE.Exec to
      * libipt's events (make test failed once so on a loaded host). */
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN | RTIT_CTL_EVENTEN | (5ull << 24);
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
                     "d"((uint32_t)((ctl | RTIT_CTL_TRACEEN) >> 32)));
     asm volatile(".globl ev_int3\nev_int3: int3" ::: "memory");
     asm volatile(".globl ev_ud2\nev_ud2: ud2" ::: "memory");
@@ -127,11 +127,11 @@ void test_main(void)
     ASSERT_EQ(timer_hits, 2);
     uint64_t user = enter_user(user_path, NULL);
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
     ASSERT_EQ(timer_hits, 2);
     ASSERT_EQ(ud_hits, 1);
     ASSERT_EQ(user, 11);
-    uint64_t len = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    uint64_t len = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     pt_print(buf, len);
     int n = pt_parse_all(buf, len, pk, (int)(sizeof(pk) / sizeof(pk[0])));
     ASSERT(n > 0);

@@ -33,18 +33,18 @@ static void on_bp(struct trap_frame *f) { (void)f; bp_hits++; }
 __attribute__((noinline)) static void pt_on(uint64_t ctl)
 {
     memset(buf, 0, BUF_SIZE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
+    wrmsr(IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
 }
 
 /* Clears TraceEn, parses the stream (printing it) and returns its length. */
 __attribute__((noinline)) static uint64_t pt_off(uint64_t ctl, const char *name)
 {
-    wrmsr(MSR_IA32_RTIT_CTL, ctl);
-    uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), len = mp >> 32;
-    printf("(%s) %lu bytes, STATUS %lx:\n", name, len, rdmsr(MSR_IA32_RTIT_STATUS));
+    wrmsr(IA32_RTIT_CTL, ctl);
+    uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), len = mp >> 32;
+    printf("(%s) %lu bytes, STATUS %lx:\n", name, len, rdmsr(IA32_RTIT_STATUS));
     ASSERT(len < BUF_SIZE - 4096);
     npk = pt_parse_all(buf, len, pk, MAX_PKTS);
     if (pt_print(buf, len) < 0 || npk < 0)
@@ -216,8 +216,8 @@ static void test_ip_filter(void)
 {
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN | RTIT_CTL_ADDR0_CFG(1);
     uint64_t a = (uint64_t)filt_fn, b = (uint64_t)filt_fn_end - 1, r, ret_at;
-    wrmsr(MSR_IA32_RTIT_ADDR0_A, a);
-    wrmsr(MSR_IA32_RTIT_ADDR0_B, b);
+    wrmsr(IA32_RTIT_ADDR0_A, a);
+    wrmsr(IA32_RTIT_ADDR0_B, b);
     pt_on(ctl);
     sink = work(9);
     asm volatile("lea 1f(%%rip), %1\n\t"
@@ -226,7 +226,7 @@ static void test_ip_filter(void)
                  : "=a"(r), "=&r"(ret_at) : "D"(5ull) : "rcx", "rdx", "rsi", "memory", "cc");
     sink = work(9);
     pt_off(ctl, "c: IP filter ADDR0 = filt_fn");
-    wrmsr(MSR_IA32_RTIT_CTL, 0);
+    wrmsr(IA32_RTIT_CTL, 0);
     CHECK(r == 5 + 4 + 3 + 2 + 1 + 1 + 2);
     printf("  range [%lx, %lx], return address %lx, out-of-range callee %lx\n", a, b, ret_at,
            (uint64_t)filt_outside);
@@ -270,17 +270,17 @@ static void test_trace_stop(void)
 {
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN | RTIT_CTL_ADDR1_CFG(2);
     uint64_t a = (uint64_t)stop_fn, b = (uint64_t)stop_fn_end - 1;
-    wrmsr(MSR_IA32_RTIT_ADDR1_A, a);
-    wrmsr(MSR_IA32_RTIT_ADDR1_B, b);
+    wrmsr(IA32_RTIT_ADDR1_A, a);
+    wrmsr(IA32_RTIT_ADDR1_B, b);
     pt_on(ctl);
     sink = work(20);
-    uint64_t before = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t before = rdmsr(IA32_RTIT_STATUS);
     uint64_t r = stop_fn();
-    uint64_t mid = rdmsr(MSR_IA32_RTIT_STATUS);
-    uint64_t mp_mid = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
+    uint64_t mid = rdmsr(IA32_RTIT_STATUS);
+    uint64_t mp_mid = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
     sink = work(20) + enter_user(user_code, NULL);
     uint64_t len = pt_off(ctl, "d: TraceStop ADDR1 = stop_fn");
-    uint64_t after = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t after = rdmsr(IA32_RTIT_STATUS);
     printf("  range [%lx, %lx]; STATUS before %lx, after stop_fn %lx, after disable %lx\n", a, b,
            before, mid, after);
     CHECK(r == 7);
@@ -304,12 +304,12 @@ static void test_trace_stop(void)
      * is written (SDM: IA32_RTIT_STATUS.Stopped "When this bit is set, TriggerEn is cleared to 0
      * and packet generation is disabled"; resuming needs TraceEn = 0, then Stopped = 0). */
     memset(buf, 0, BUF_SIZE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
-    wrmsr(MSR_IA32_RTIT_CTL, RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN | RTIT_CTL_TRACEEN);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
+    wrmsr(IA32_RTIT_CTL, RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN | RTIT_CTL_TRACEEN);
     sink = work(20);
-    uint64_t st2 = rdmsr(MSR_IA32_RTIT_STATUS);
-    wrmsr(MSR_IA32_RTIT_CTL, RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN);
-    uint64_t off2 = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    uint64_t st2 = rdmsr(IA32_RTIT_STATUS);
+    wrmsr(IA32_RTIT_CTL, RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN);
+    uint64_t off2 = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     printf("  re-enabled with Stopped = 1: STATUS %lx, %lu bytes written\n", st2, off2);
     CHECK(st2 & RTIT_STATUS_STOPPED);
     CHECK(!(st2 & RTIT_STATUS_TRIGGEREN));
@@ -317,9 +317,9 @@ static void test_trace_stop(void)
     CHECK(pt_first_nonzero(buf, BUF_SIZE) == BUF_SIZE);
 
     /* Resuming needs TraceEn = 0 then Stopped = 0 (STATUS written with TraceEn = 0). */
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    CHECK(!(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_STOPPED));
-    wrmsr(MSR_IA32_RTIT_CTL, 0);
+    wrmsr(IA32_RTIT_STATUS, 0);
+    CHECK(!(rdmsr(IA32_RTIT_STATUS) & RTIT_STATUS_STOPPED));
+    wrmsr(IA32_RTIT_CTL, 0);
 }
 
 static void test_no_branch_en(void)

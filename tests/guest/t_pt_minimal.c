@@ -52,8 +52,8 @@ static void expect_gp(const char *what, uint32_t msr, uint64_t value)
     uint64_t rcx = 0x0BADC0DE00000000ull | msr, rax = 0x1111111100000000ull | (value & 0xFFFFFFFF);
     uint64_t rdx = 0x2222222200000000ull | (value >> 32);
     /* CR3_MATCH / ADDRn do not exist here: their RDMSR is not checked (see the header). */
-    int readable = msr == MSR_IA32_RTIT_CTL || msr == MSR_IA32_RTIT_STATUS ||
-                   msr == MSR_IA32_RTIT_OUTPUT_BASE || msr == MSR_IA32_RTIT_OUTPUT_MASK_PTRS;
+    int readable = msr == IA32_RTIT_CTL || msr == IA32_RTIT_STATUS ||
+                   msr == IA32_RTIT_OUTPUT_BASE || msr == IA32_RTIT_OUTPUT_MASK_PTRS;
     uint64_t old = readable ? rdmsr(msr) : 0;
     printf("  #GP   %-48s WRMSR %x <- %016lx\n", what, msr, value);
     expect_gp_frame(rcx, rax, rdx);
@@ -65,7 +65,7 @@ static void expect_ok(const char *what, uint32_t msr, uint64_t value, uint64_t r
 {
     printf("  ok    %-48s WRMSR %x <- %016lx, reads %016lx\n", what, msr, value, readback);
     ASSERT_EQ(raw_wrmsr(msr, value & 0xFFFFFFFF, value >> 32), 0);
-    uint64_t ignore = msr == MSR_IA32_RTIT_STATUS ? RTIT_STATUS_FILTEREN | RTIT_STATUS_CONTEXTEN : 0;
+    uint64_t ignore = msr == IA32_RTIT_STATUS ? RTIT_STATUS_FILTEREN | RTIT_STATUS_CONTEXTEN : 0;
     ASSERT_EQ(rdmsr(msr) & ~ignore, readback);
 }
 
@@ -79,9 +79,9 @@ static uint64_t t_100, t_300;
 
 static void start_topa(uint64_t *table, uint64_t index, uint64_t offset)
 {
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)table);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(index, offset));
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)table);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(index, offset));
+    wrmsr(IA32_RTIT_STATUS, 0);
 }
 
 /* The reference: a single-entry table [64 KiB region, END -> itself]; no wrap. */
@@ -92,9 +92,9 @@ static uint64_t reference_run(uint8_t *buf, uint64_t n)
     ref_tab[1] = (uint64_t)ref_tab | TOPA_END;
     start_topa(ref_tab, 0, 0);
     traced_run(CTL_TOPA, n);
-    uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)ref_tab);
+    uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), (uint64_t)ref_tab);
     ASSERT_EQ(pt_topa_index(mp), 0);
     ASSERT(pt_has_psb(buf));
     uint64_t t = pt_out_offset(mp);
@@ -122,8 +122,8 @@ static void check_circular(const char *what, const uint8_t *rg, uint64_t *tab, u
             ASSERT_EQ(rg[o], want);
         }
     }
-    uint64_t base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t base = rdmsr(IA32_RTIT_OUTPUT_BASE), mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    uint64_t st = rdmsr(IA32_RTIT_STATUS);
     printf("%s: %lu bytes: OUTPUT_BASE %lx MASK_PTRS %lx (expected %lx %lx), STATUS %lx\n", what, t,
            base, mp, (uint64_t)tab, pt_mask_ptrs(0, t % 4096), st);
     ASSERT_EQ(st & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
@@ -136,8 +136,8 @@ static void check_circular(const char *what, const uint8_t *rg, uint64_t *tab, u
 static void check_error(const char *what, uint64_t *tab, uint64_t mask_ptrs, uint8_t *out,
                         uint64_t out_len, uint8_t *first, uint64_t written)
 {
-    uint64_t base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t base = rdmsr(IA32_RTIT_OUTPUT_BASE), mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    uint64_t st = rdmsr(IA32_RTIT_STATUS);
     printf("%s: STATUS before disabling %lx, after %lx; OUTPUT_BASE %lx MASK_PTRS %lx (expected "
            "%lx %lx)\n", what, traced_status_on, st, base, mp, (uint64_t)tab, mask_ptrs);
     ASSERT_EQ(traced_ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN);
@@ -154,7 +154,7 @@ static void check_error(const char *what, uint64_t *tab, uint64_t mask_ptrs, uin
             ASSERT_EQ(*p, 0);
         }
     }
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_STATUS, 0);
     memset(out, 0, out_len);
 }
 
@@ -166,14 +166,14 @@ static void nmi_handler(struct trap_frame *f)
 {
     (void)f;
     if (nmi_disable) {
-        nmi_ctl = rdmsr(MSR_IA32_RTIT_CTL);
-        wrmsr(MSR_IA32_RTIT_CTL, nmi_ctl & ~RTIT_CTL_TRACEEN);
+        nmi_ctl = rdmsr(IA32_RTIT_CTL);
+        wrmsr(IA32_RTIT_CTL, nmi_ctl & ~RTIT_CTL_TRACEEN);
     }
     nmi_count++;
-    nmi_gstatus = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+    nmi_gstatus = rdmsr(IA32_PERF_GLOBAL_STATUS);
     nmi_lvt = lapic_read(LAPIC_LVT_PERF);
-    nmi_mask_ptrs = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    nmi_base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE);
+    nmi_mask_ptrs = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    nmi_base = rdmsr(IA32_RTIT_OUTPUT_BASE);
 }
 
 static void wait_nmi(uint64_t count)
@@ -200,57 +200,57 @@ void test_main(void)
     cpuid(0x14, 1, r);
     printf("CPUID.(14H,1) = %x %x %x %x (not enumerated)\n", r[0], r[1], r[2], r[3]);
     ASSERT_EQ(r[0] | r[1] | r[2] | r[3], 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_CTL), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), 0x7F);
+    ASSERT_EQ(rdmsr(IA32_RTIT_CTL), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), 0x7F);
 
     /* ---------------- #GP ---------------- */
     set_handler(13, gp_handler);
     const uint64_t base_ctl = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_TOPA;
     printf("IA32_RTIT_CTL: fields of absent capabilities are reserved:\n");
-    expect_gp("bit 1 CYCEn (EBX[1] = 0)", MSR_IA32_RTIT_CTL, base_ctl | RTIT_CTL_CYCEN);
-    expect_gp("CycThresh = 1 (EBX[1] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 19));
-    expect_gp("PSBFreq = 1 (EBX[1] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 24));
-    expect_gp("PSBFreq = 15 (EBX[1] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (15ull << 24));
-    expect_gp("bit 7 CR3Filter (EBX[0] = 0)", MSR_IA32_RTIT_CTL, base_ctl | RTIT_CTL_CR3FILTER);
-    expect_gp("bit 9 MTCEn (EBX[3] = 0)", MSR_IA32_RTIT_CTL, base_ctl | RTIT_CTL_MTCEN);
-    expect_gp("MTCFreq = 3 (EBX[3] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (3ull << 14));
-    expect_gp("MTCEn + MTCFreq = 0 (EBX[3] = 0)", MSR_IA32_RTIT_CTL, base_ctl | RTIT_CTL_MTCEN);
-    expect_gp("ADDR0_CFG = 1 (EBX[2] = 0, 0 ranges)", MSR_IA32_RTIT_CTL, base_ctl | RTIT_CTL_ADDR0_CFG(1));
-    expect_gp("ADDR0_CFG = 2 (TraceStop, EBX[2] = 0)", MSR_IA32_RTIT_CTL, base_ctl | RTIT_CTL_ADDR0_CFG(2));
-    expect_gp("ADDR1_CFG = 1 (0 ranges)", MSR_IA32_RTIT_CTL, base_ctl | RTIT_CTL_ADDR1_CFG(1));
-    expect_gp("bit 4 PwrEvtEn (EBX[5] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 4));
-    expect_gp("bit 5 FUPonPTW (EBX[4] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 5));
-    expect_gp("bit 6 FabricEn (ECX[3] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 6));
-    expect_gp("bit 12 PTWEn (EBX[4] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 12));
-    expect_gp("bit 31 EventEn (EBX[7] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 31));
-    expect_gp("bit 55 DisTNT (EBX[8] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 55));
-    expect_gp("bit 56 InjectPsbPmiOnEnable (EBX[6] = 0)", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 56));
-    expect_gp("always-reserved bit 18", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 18));
-    expect_gp("always-reserved bit 63", MSR_IA32_RTIT_CTL, base_ctl | (1ull << 63));
-    expect_gp("TraceEn, ToPA = 0 (no single range, ECX[2] = 0)", MSR_IA32_RTIT_CTL,
+    expect_gp("bit 1 CYCEn (EBX[1] = 0)", IA32_RTIT_CTL, base_ctl | RTIT_CTL_CYCEN);
+    expect_gp("CycThresh = 1 (EBX[1] = 0)", IA32_RTIT_CTL, base_ctl | (1ull << 19));
+    expect_gp("PSBFreq = 1 (EBX[1] = 0)", IA32_RTIT_CTL, base_ctl | (1ull << 24));
+    expect_gp("PSBFreq = 15 (EBX[1] = 0)", IA32_RTIT_CTL, base_ctl | (15ull << 24));
+    expect_gp("bit 7 CR3Filter (EBX[0] = 0)", IA32_RTIT_CTL, base_ctl | RTIT_CTL_CR3FILTER);
+    expect_gp("bit 9 MTCEn (EBX[3] = 0)", IA32_RTIT_CTL, base_ctl | RTIT_CTL_MTCEN);
+    expect_gp("MTCFreq = 3 (EBX[3] = 0)", IA32_RTIT_CTL, base_ctl | (3ull << 14));
+    expect_gp("MTCEn + MTCFreq = 0 (EBX[3] = 0)", IA32_RTIT_CTL, base_ctl | RTIT_CTL_MTCEN);
+    expect_gp("ADDR0_CFG = 1 (EBX[2] = 0, 0 ranges)", IA32_RTIT_CTL, base_ctl | RTIT_CTL_ADDR0_CFG(1));
+    expect_gp("ADDR0_CFG = 2 (TraceStop, EBX[2] = 0)", IA32_RTIT_CTL, base_ctl | RTIT_CTL_ADDR0_CFG(2));
+    expect_gp("ADDR1_CFG = 1 (0 ranges)", IA32_RTIT_CTL, base_ctl | RTIT_CTL_ADDR1_CFG(1));
+    expect_gp("bit 4 PwrEvtEn (EBX[5] = 0)", IA32_RTIT_CTL, base_ctl | (1ull << 4));
+    expect_gp("bit 5 FUPonPTW (EBX[4] = 0)", IA32_RTIT_CTL, base_ctl | (1ull << 5));
+    expect_gp("bit 6 FabricEn (ECX[3] = 0)", IA32_RTIT_CTL, base_ctl | (1ull << 6));
+    expect_gp("bit 12 PTWEn (EBX[4] = 0)", IA32_RTIT_CTL, base_ctl | (1ull << 12));
+    expect_gp("bit 31 EventEn (EBX[7] = 0)", IA32_RTIT_CTL, base_ctl | (1ull << 31));
+    expect_gp("bit 55 DisTNT (EBX[8] = 0)", IA32_RTIT_CTL, base_ctl | (1ull << 55));
+    expect_gp("bit 56 InjectPsbPmiOnEnable (EBX[6] = 0)", IA32_RTIT_CTL, base_ctl | (1ull << 56));
+    expect_gp("always-reserved bit 18", IA32_RTIT_CTL, base_ctl | (1ull << 18));
+    expect_gp("always-reserved bit 63", IA32_RTIT_CTL, base_ctl | (1ull << 63));
+    expect_gp("TraceEn, ToPA = 0 (no single range, ECX[2] = 0)", IA32_RTIT_CTL,
               RTIT_CTL_TRACEEN | RTIT_CTL_OS | RTIT_CTL_BRANCHEN);
-    expect_gp("TraceEn, ToPA = 0, User only", MSR_IA32_RTIT_CTL,
+    expect_gp("TraceEn, ToPA = 0, User only", IA32_RTIT_CTL,
               RTIT_CTL_TRACEEN | RTIT_CTL_USER | RTIT_CTL_BRANCHEN | RTIT_CTL_TSCEN);
-    expect_gp("TraceEn + ToPA + CYCEn", MSR_IA32_RTIT_CTL, base_ctl | RTIT_CTL_TRACEEN | RTIT_CTL_CYCEN);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_CTL), 0);
+    expect_gp("TraceEn + ToPA + CYCEn", IA32_RTIT_CTL, base_ctl | RTIT_CTL_TRACEEN | RTIT_CTL_CYCEN);
+    ASSERT_EQ(rdmsr(IA32_RTIT_CTL), 0);
     printf("IA32_RTIT_CTL: what the profile has reads back exactly (TraceEn = 0):\n");
     uint64_t all = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_TOPA | RTIT_CTL_TSCEN |
                    RTIT_CTL_DISRETC | RTIT_CTL_BRANCHEN;
-    expect_ok("OS User ToPA TSCEn DisRETC BranchEn", MSR_IA32_RTIT_CTL, all, all);
-    expect_ok("ToPA = 0 without TraceEn", MSR_IA32_RTIT_CTL, RTIT_CTL_OS | RTIT_CTL_BRANCHEN,
+    expect_ok("OS User ToPA TSCEn DisRETC BranchEn", IA32_RTIT_CTL, all, all);
+    expect_ok("ToPA = 0 without TraceEn", IA32_RTIT_CTL, RTIT_CTL_OS | RTIT_CTL_BRANCHEN,
               RTIT_CTL_OS | RTIT_CTL_BRANCHEN);
-    expect_ok("zero", MSR_IA32_RTIT_CTL, 0, 0);
+    expect_ok("zero", IA32_RTIT_CTL, 0, 0);
 
     printf("MSRs the profile does not have (WRMSR):\n");
-    expect_gp("CR3_MATCH = 0 (EBX[0] = 0)", MSR_IA32_RTIT_CR3_MATCH, 0);
-    expect_gp("CR3_MATCH = CR3", MSR_IA32_RTIT_CR3_MATCH, read_cr3() & ~0xFFFull);
-    expect_gp("ADDR0_A = 0 (0 ranges)", MSR_IA32_RTIT_ADDR0_A, 0);
-    expect_gp("ADDR0_A = 0x100000", MSR_IA32_RTIT_ADDR0_A, 0x100000);
-    expect_gp("ADDR0_B = 0", MSR_IA32_RTIT_ADDR0_B, 0);
-    expect_gp("ADDR1_A = 0", MSR_IA32_RTIT_ADDR1_A, 0);
-    expect_gp("ADDR1_B = 0", MSR_IA32_RTIT_ADDR1_B, 0);
-    static const uint32_t absent[] = { MSR_IA32_RTIT_CR3_MATCH, MSR_IA32_RTIT_ADDR0_A,
-                                       MSR_IA32_RTIT_ADDR0_B };
+    expect_gp("CR3_MATCH = 0 (EBX[0] = 0)", IA32_RTIT_CR3_MATCH, 0);
+    expect_gp("CR3_MATCH = CR3", IA32_RTIT_CR3_MATCH, read_cr3() & ~0xFFFull);
+    expect_gp("ADDR0_A = 0 (0 ranges)", IA32_RTIT_ADDR0_A, 0);
+    expect_gp("ADDR0_A = 0x100000", IA32_RTIT_ADDR0_A, 0x100000);
+    expect_gp("ADDR0_B = 0", IA32_RTIT_ADDR0_B, 0);
+    expect_gp("ADDR1_A = 0", IA32_RTIT_ADDR1_A, 0);
+    expect_gp("ADDR1_B = 0", IA32_RTIT_ADDR1_B, 0);
+    static const uint32_t absent[] = { IA32_RTIT_CR3_MATCH, IA32_RTIT_ADDR0_A,
+                                       IA32_RTIT_ADDR0_B };
     for (unsigned i = 0; i < sizeof(absent) / sizeof(absent[0]); i++) {
         uint64_t v = 0;
         int faulted = rdmsr_safe(absent[i], &v);
@@ -258,19 +258,19 @@ void test_main(void)
                faulted ? "faulted" : "read 0, no #GP");
     }
     printf("IA32_RTIT_STATUS (PacketByteCnt not writable with EBX[1] = 0):\n");
-    expect_gp("PacketByteCnt = 1", MSR_IA32_RTIT_STATUS, 1ull << 32);
-    expect_gp("PacketByteCnt = 0x1234", MSR_IA32_RTIT_STATUS, 0x1234ull << 32);
-    expect_gp("bit 6 PendPSB (EBX[6] = 0)", MSR_IA32_RTIT_STATUS, 1ull << 6);
-    expect_ok("Error | Stopped", MSR_IA32_RTIT_STATUS, RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED,
+    expect_gp("PacketByteCnt = 1", IA32_RTIT_STATUS, 1ull << 32);
+    expect_gp("PacketByteCnt = 0x1234", IA32_RTIT_STATUS, 0x1234ull << 32);
+    expect_gp("bit 6 PendPSB (EBX[6] = 0)", IA32_RTIT_STATUS, 1ull << 6);
+    expect_ok("Error | Stopped", IA32_RTIT_STATUS, RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED,
               RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED);
-    expect_ok("0", MSR_IA32_RTIT_STATUS, 0, 0);
+    expect_ok("0", IA32_RTIT_STATUS, 0, 0);
     printf("IA32_RTIT_OUTPUT_BASE / OUTPUT_MASK_PTRS exist (ToPA):\n");
-    expect_ok("OUTPUT_BASE = 0x200000", MSR_IA32_RTIT_OUTPUT_BASE, 0x200000, 0x200000);
-    expect_ok("OUTPUT_MASK_PTRS = entry 1, offset 0x10", MSR_IA32_RTIT_OUTPUT_MASK_PTRS,
+    expect_ok("OUTPUT_BASE = 0x200000", IA32_RTIT_OUTPUT_BASE, 0x200000, 0x200000);
+    expect_ok("OUTPUT_MASK_PTRS = entry 1, offset 0x10", IA32_RTIT_OUTPUT_MASK_PTRS,
               pt_mask_ptrs(1, 0x10), pt_mask_ptrs(1, 0x10));
-    expect_gp("OUTPUT_BASE bit 0", MSR_IA32_RTIT_OUTPUT_BASE, 0x200001);
-    expect_ok("OUTPUT_BASE = 0", MSR_IA32_RTIT_OUTPUT_BASE, 0, 0);
-    expect_ok("OUTPUT_MASK_PTRS = 0", MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0, 0x7F);
+    expect_gp("OUTPUT_BASE bit 0", IA32_RTIT_OUTPUT_BASE, 0x200001);
+    expect_ok("OUTPUT_BASE = 0", IA32_RTIT_OUTPUT_BASE, 0, 0);
+    expect_ok("OUTPUT_MASK_PTRS = 0", IA32_RTIT_OUTPUT_MASK_PTRS, 0, 0x7F);
 
     /* ---------------- single-output-region ToPA ---------------- */
     ref = alloc_aligned(REF_SIZE, REF_SIZE);
@@ -287,15 +287,15 @@ void test_main(void)
         ref_tab[1] = (uint64_t)ref_tab | TOPA_END;
         start_topa(ref_tab, 0, 0);
         traced_run(CTL_TOPA, 50 + 100 * run);
-        uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+        uint64_t st = rdmsr(IA32_RTIT_STATUS);
         int psb = pt_has_psb(ref);
         printf("  run %d (STATUS = 0 before): %u bytes, first bytes %02x %02x %02x %02x (%s), "
-               "STATUS after %lx\n", run, pt_out_offset(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS)),
+               "STATUS after %lx\n", run, pt_out_offset(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS)),
                ref[0], ref[1], ref[2], ref[3], psb ? "PSB" : "NO PSB", st);
         no_psb += !psb;
         /* PacketByteCnt does not exist with EBX[1] = 0 (a non-zero write #GPs): the value STATUS
          * reads must be writable back (save/restore, e.g. XSAVES/XRSTORS of the PT state). */
-        int gp = raw_wrmsr(MSR_IA32_RTIT_STATUS, st & 0xFFFFFFFF, st >> 32);
+        int gp = raw_wrmsr(IA32_RTIT_STATUS, st & 0xFFFFFFFF, st >> 32);
         printf("  STATUS %lx written back (save/restore): %s\n", st, gp ? "#GP" : "ok");
         restore_gp += gp;
     }
@@ -313,12 +313,12 @@ void test_main(void)
     /* Tracing on a single-entry table while tracing: the #GP rules still hold. */
     {
         start_topa(ref_tab, 0, 0);
-        wrmsr(MSR_IA32_RTIT_CTL, CTL_TOPA | RTIT_CTL_TRACEEN);
-        expect_gp("while tracing: set CYCEn", MSR_IA32_RTIT_CTL, CTL_TOPA | RTIT_CTL_TRACEEN | RTIT_CTL_CYCEN);
-        expect_gp("while tracing: STATUS = 0", MSR_IA32_RTIT_STATUS, 0);
-        expect_gp("while tracing: CR3_MATCH = 0", MSR_IA32_RTIT_CR3_MATCH, 0);
-        expect_ok("while tracing: clear TraceEn", MSR_IA32_RTIT_CTL, CTL_TOPA, CTL_TOPA);
-        wrmsr(MSR_IA32_RTIT_STATUS, 0);
+        wrmsr(IA32_RTIT_CTL, CTL_TOPA | RTIT_CTL_TRACEEN);
+        expect_gp("while tracing: set CYCEn", IA32_RTIT_CTL, CTL_TOPA | RTIT_CTL_TRACEEN | RTIT_CTL_CYCEN);
+        expect_gp("while tracing: STATUS = 0", IA32_RTIT_STATUS, 0);
+        expect_gp("while tracing: CR3_MATCH = 0", IA32_RTIT_CR3_MATCH, 0);
+        expect_ok("while tracing: clear TraceEn", IA32_RTIT_CTL, CTL_TOPA, CTL_TOPA);
+        wrmsr(IA32_RTIT_STATUS, 0);
     }
 
     uint64_t *tab = alloc_pages(1), *tab2 = alloc_pages(1);
@@ -360,8 +360,8 @@ void test_main(void)
     traced_run(CTL_TOPA, n);
     ASSERT_EQ(memcmp(rg, ref, t), 0);
     ASSERT_EQ(pt_first_nonzero(rg + t, 16384 - t), 16384 - t);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, t));
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, t));
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     printf("  8 KiB single region: %lu bytes, ok\n", t);
 
     /* Resuming at offset 0x800 of the region (as a driver resumes after disabling). */
@@ -374,7 +374,7 @@ void test_main(void)
     ASSERT_EQ(memcmp(rg + 0x800, ref, 0x800), 0);
     ASSERT_EQ(memcmp(rg, ref + 0x800, t - 0x800), 0);
     ASSERT_EQ(pt_first_nonzero(rg + t - 0x800, 0x1000 - t), 0x1000 - t);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, t - 0x800));
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, t - 0x800));
     printf("  from offset 0x800: %lu bytes wrap to offset %lx, ok\n", t, t - 0x800);
 
     /* ---------------- ToPA errors specific to single-entry tables ---------------- */
@@ -404,9 +404,9 @@ void test_main(void)
     /* Control: the other table on its own is a valid single-entry table. */
     start_topa(tab2, 0, 0);
     traced_run(CTL_TOPA, n);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)tab2);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, t - 4096));
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), (uint64_t)tab2);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, t - 4096));
     ASSERT_EQ(memcmp(rg + 4096, ref + 4096, t - 4096), 0);
     printf("  control: [4K, END -> itself] in the other table: ok\n");
     memset(rg, 0, 16384);
@@ -418,15 +418,15 @@ void test_main(void)
     start_topa(tab, 0, 0);
     traced_run(CTL_TOPA, n);
     {
-        uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
+        uint64_t st = rdmsr(IA32_RTIT_STATUS), mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
         printf("  before disabling CTL %lx STATUS %lx; after: STATUS %lx OUTPUT_BASE %lx MASK_PTRS "
-               "%lx\n", traced_ctl_on, traced_status_on, st, rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp);
+               "%lx\n", traced_ctl_on, traced_status_on, st, rdmsr(IA32_RTIT_OUTPUT_BASE), mp);
         ASSERT_EQ(traced_ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN);
         ASSERT(traced_status_on & RTIT_STATUS_STOPPED);
         ASSERT_EQ(traced_status_on & (RTIT_STATUS_TRIGGEREN | RTIT_STATUS_ERROR), 0);
         ASSERT(st & RTIT_STATUS_STOPPED);
         ASSERT_EQ(st & RTIT_STATUS_ERROR, 0);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
         ASSERT_EQ(mp, pt_mask_ptrs(0, 4096));          /* offset = region size */
         ASSERT_EQ(memcmp(rg, ref, 4096), 0);            /* no wrap */
         ASSERT_EQ(pt_first_nonzero(rg + 4096, 12288), 12288);
@@ -436,9 +436,9 @@ void test_main(void)
         uint64_t n2 = reference_for(2000, &t2);
         start_topa(tab, 0, 0);
         traced_run(CTL_TOPA, n2);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+        ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
         ASSERT_EQ(memcmp(rg, ref, t2), 0);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, t2));
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, t2));
         printf("  resumed after clearing Stopped: %lu bytes, ok\n", t2);
     }
     memset(rg, 0, 16384);
@@ -448,7 +448,7 @@ void test_main(void)
     set_handler(2, nmi_handler);
     lapic_enable();
     lapic_write(LAPIC_LVT_PERF, 0x400);
-    ASSERT_EQ(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
+    ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
     tab[0] = (uint64_t)rg | TOPA_SIZE(0) | TOPA_INT;
     tab[1] = (uint64_t)tab | TOPA_END;
     {
@@ -459,9 +459,9 @@ void test_main(void)
         traced_run(CTL_TOPA, n);
         wait_nmi(1);
         printf("  %lu bytes: NMIs %lu, GLOBAL_STATUS %lx\n", t, nmi_count,
-               rdmsr(MSR_IA32_PERF_GLOBAL_STATUS));
+               rdmsr(IA32_PERF_GLOBAL_STATUS));
         ASSERT_EQ(nmi_count, 0);
-        ASSERT_EQ(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
+        ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
         ASSERT_EQ(memcmp(rg, ref, t), 0);
 
         /* Past the end: one PMI, GLOBAL_STATUS[55], LVTPC masked; the trace goes on wrapping. */
@@ -470,33 +470,33 @@ void test_main(void)
         start_topa(tab, 0, 0);
         traced_run(CTL_TOPA, n);
         wait_nmi(1);
-        uint64_t gs = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+        uint64_t gs = rdmsr(IA32_PERF_GLOBAL_STATUS);
         uint32_t lvt = lapic_read(LAPIC_LVT_PERF);
         printf("  %lu bytes: NMIs %lu (GLOBAL_STATUS in handler %lx, LVTPC %x, MASK_PTRS %lx), "
                "GLOBAL_STATUS %lx, LVTPC %x, MASK_PTRS %lx\n", t, nmi_count, nmi_gstatus,
-               (uint32_t)nmi_lvt, nmi_mask_ptrs, gs, lvt, rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS));
+               (uint32_t)nmi_lvt, nmi_mask_ptrs, gs, lvt, rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS));
         ASSERT_EQ(nmi_count, 1);
         ASSERT(nmi_gstatus & PERF_GLOBAL_STATUS_TOPA_PMI);
         ASSERT(gs & PERF_GLOBAL_STATUS_TOPA_PMI);
         ASSERT(lvt & (1u << 16));
         ASSERT_EQ(lvt & 0x700, 0x400);
         ASSERT_EQ(nmi_base, (uint64_t)tab);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
-        ASSERT_EQ(pt_topa_index(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS)), 0);
-        wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, PERF_GLOBAL_STATUS_TOPA_PMI);
-        ASSERT_EQ(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
+        ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
+        ASSERT_EQ(pt_topa_index(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS)), 0);
+        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, PERF_GLOBAL_STATUS_TOPA_PMI);
+        ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
 
         /* LVTPC masked: GLOBAL_STATUS[55] is still set, no NMI. */
         memset(rg, 0, 4096);
         start_topa(tab, 0, 0);
         traced_run(CTL_TOPA, n);
         wait_nmi(2);
-        gs = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+        gs = rdmsr(IA32_PERF_GLOBAL_STATUS);
         printf("  LVTPC masked: NMIs %lu, GLOBAL_STATUS %lx\n", nmi_count, gs);
         ASSERT_EQ(nmi_count, 1);
         ASSERT(gs & PERF_GLOBAL_STATUS_TOPA_PMI);
-        wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, PERF_GLOBAL_STATUS_TOPA_PMI);
+        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, PERF_GLOBAL_STATUS_TOPA_PMI);
     }
 
     /* ---------------- INT: the PMI comes before the wrap ----------------
@@ -515,10 +515,10 @@ void test_main(void)
         traced_run(CTL_TOPA, n);
         wait_nmi(c0 + 1);
         nmi_disable = 0;
-        uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
+        uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
         printf("  NMIs %lu; in the handler: CTL %lx, after disabling MASK_PTRS %lx; region starts "
                "with a PSB: %s; now MASK_PTRS %lx STATUS %lx\n", nmi_count - c0, nmi_ctl,
-               nmi_mask_ptrs, pt_has_psb(rg) ? "yes" : "no", mp, rdmsr(MSR_IA32_RTIT_STATUS));
+               nmi_mask_ptrs, pt_has_psb(rg) ? "yes" : "no", mp, rdmsr(IA32_RTIT_STATUS));
         ASSERT_EQ(nmi_count, c0 + 1);
         ASSERT(nmi_ctl & RTIT_CTL_TRACEEN);            /* the PMI came while tracing */
         ASSERT_EQ(mp, nmi_mask_ptrs);                  /* nothing written after the handler's WRMSR */
@@ -527,7 +527,7 @@ void test_main(void)
                    "before the PMI of the single INT region was delivered\n", pt_out_offset(mp));
             test_fail("single-region ToPA PMI after the wrap");
         }
-        wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, PERF_GLOBAL_STATUS_TOPA_PMI);
+        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, PERF_GLOBAL_STATUS_TOPA_PMI);
         lapic_write(LAPIC_LVT_PERF, 0x10400);
     }
 }

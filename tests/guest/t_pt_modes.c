@@ -195,20 +195,20 @@ void test_main(void)
     ASSERT_EQ(read_cs(), KERNEL_CS);
 
     uint8_t *buf = alloc_aligned(BUF_SIZE, BUF_SIZE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1); /* single range, offset 0 */
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1); /* single range, offset 0 */
+    wrmsr(IA32_RTIT_STATUS, 0);
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_USER | RTIT_CTL_BRANCHEN;
     load_gdt(&mine);
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
                     "d"((uint32_t)((ctl | RTIT_CTL_TRACEEN) >> 32)));
     traced_body();
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
     load_gdt(&old);
 
-    uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), st = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), st = rdmsr(IA32_RTIT_STATUS);
     uint64_t len = mp >> 32;
     printf("modes: %lu bytes, MASK_PTRS %lx, STATUS %lx, eax %x\n", len, mp, st, trip_result);
     ASSERT_EQ(trip_result, expected_eax(N32));

@@ -19,14 +19,14 @@ static volatile uint64_t sink;
 void test_main(void)
 {
     uint8_t *buf = alloc_aligned(1 << 16, 1 << 16);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, (1 << 16) - 1);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, (1 << 16) - 1);
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_BRANCHEN;
-    wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
+    wrmsr(IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
     sink = churn(4000);
-    wrmsr(MSR_IA32_RTIT_CTL, ctl);
-    uint64_t len = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_ERROR, 0);
+    wrmsr(IA32_RTIT_CTL, ctl);
+    uint64_t len = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & RTIT_STATUS_ERROR, 0);
     ASSERT(len > 64 && len < (1 << 16) - 256);
     ASSERT(pt_has_psb(buf));
     static struct pt_pkt pk[1 << 15];

@@ -31,7 +31,7 @@ static void nmi_handler(struct trap_frame *f)
 {
     (void)f;
     nmi_count++;
-    nmi_gstatus = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+    nmi_gstatus = rdmsr(IA32_PERF_GLOBAL_STATUS);
 }
 
 static void wait_nmi(uint64_t count)
@@ -47,15 +47,15 @@ static void pend_psb(int inject)
     uint8_t *buf = alloc_aligned(4096, 4096);
     memset(buf, 0, 4096);
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | (inject ? RTIT_CTL_INJECTPSBPMI : 0);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(MSR_IA32_RTIT_STATUS, 2040ull << 32);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(IA32_RTIT_STATUS, 2040ull << 32);
     pp_pair(ctl | RTIT_CTL_TRACEEN, ctl);
-    uint64_t st1 = rdmsr(MSR_IA32_RTIT_STATUS);
-    uint64_t end1 = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    uint64_t st1 = rdmsr(IA32_RTIT_STATUS);
+    uint64_t end1 = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     pp_pair(ctl | RTIT_CTL_TRACEEN, ctl);
-    uint64_t st2 = rdmsr(MSR_IA32_RTIT_STATUS);
-    uint64_t end2 = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    uint64_t st2 = rdmsr(IA32_RTIT_STATUS);
+    uint64_t end2 = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     printf("PendPSB (InjectPsbPmiOnEnable=%d): run 1 %lu bytes, STATUS %lx; run 2 %lu bytes, STATUS %lx\n",
            inject, end1, st1, end2 - end1, st2);
     pt_print(buf, end2);
@@ -84,46 +84,46 @@ static void pend_topa_pmi(int inject)
     tab[1] = (uint64_t)(rg + 4096) | TOPA_SIZE(0);
     tab[2] = (uint64_t)tab | TOPA_END;
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_TOPA | (inject ? RTIT_CTL_INJECTPSBPMI : 0);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)tab);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(0, 0));
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)tab);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(0, 0));
+    wrmsr(IA32_RTIT_STATUS, 0);
     nmi_count = 0;
     lapic_write(LAPIC_LVT_PERF, 0x400); /* NMI, unmasked */
-    wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
+    wrmsr(IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
     for (int i = 0; i < 20000 && nmi_count == 0; i++)
         sink = work(100);
-    wrmsr(MSR_IA32_RTIT_CTL, ctl);
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+    wrmsr(IA32_RTIT_CTL, ctl);
+    uint64_t st = rdmsr(IA32_RTIT_STATUS);
     printf("PendTopaPMI (InjectPsbPmiOnEnable=%d): INT region filled: NMIs %lu, GLOBAL_STATUS %lx, STATUS %lx\n",
-           inject, nmi_count, rdmsr(MSR_IA32_PERF_GLOBAL_STATUS), st);
+           inject, nmi_count, rdmsr(IA32_PERF_GLOBAL_STATUS), st);
     ASSERT_EQ(nmi_count, 1);
     ASSERT(nmi_gstatus & PERF_GLOBAL_STATUS_TOPA_PMI);
     ASSERT_EQ(!!(st & RTIT_STATUS_PENDTOPAPMI), inject);
-    ASSERT_EQ(pt_topa_index(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS)), 1);
+    ASSERT_EQ(pt_topa_index(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS)), 1);
 
     /* PMI handled (GLOBAL_STATUS[55] cleared, LVTPC re-armed) but PendTopaPMI left set: the next
      * enable pends the ToPA PMI again (with InjectPsbPmiOnEnable). */
-    wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, PERF_GLOBAL_STATUS_TOPA_PMI);
+    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, PERF_GLOBAL_STATUS_TOPA_PMI);
     lapic_write(LAPIC_LVT_PERF, 0x400);
     pp_pair(ctl | RTIT_CTL_TRACEEN, ctl);
     wait_nmi(2);
-    uint64_t gs = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
-    st = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t gs = rdmsr(IA32_PERF_GLOBAL_STATUS);
+    st = rdmsr(IA32_RTIT_STATUS);
     printf("  enable with PendTopaPMI=%d: NMIs %lu, GLOBAL_STATUS %lx, STATUS %lx\n", inject, nmi_count, gs, st);
     ASSERT_EQ(nmi_count, inject ? 2 : 1);
     ASSERT_EQ(!!(gs & PERF_GLOBAL_STATUS_TOPA_PMI), inject);
     ASSERT_EQ(!!(st & RTIT_STATUS_PENDTOPAPMI), inject);
 
     /* Software clears PendTopaPMI (TraceEn = 0): the next enable raises no PMI. */
-    wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, PERF_GLOBAL_STATUS_TOPA_PMI);
-    wrmsr(MSR_IA32_RTIT_STATUS, st & ~RTIT_STATUS_PENDTOPAPMI);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_PENDTOPAPMI, 0);
+    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, PERF_GLOBAL_STATUS_TOPA_PMI);
+    wrmsr(IA32_RTIT_STATUS, st & ~RTIT_STATUS_PENDTOPAPMI);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & RTIT_STATUS_PENDTOPAPMI, 0);
     lapic_write(LAPIC_LVT_PERF, 0x400);
     uint64_t before = nmi_count;
     pp_pair(ctl | RTIT_CTL_TRACEEN, ctl);
     wait_nmi(before + 1);
     ASSERT_EQ(nmi_count, before);
-    ASSERT_EQ(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
+    ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
     lapic_write(LAPIC_LVT_PERF, 0x10400);
 }
 
@@ -133,12 +133,12 @@ void test_main(void)
     cpuid(0x14, 0, r);
     ASSERT(r[1] & (1u << 6)); /* EBX[6] PSB and PMI preservation */
     /* PendPSB / PendTopaPMI are writable (TraceEn = 0) and read back; CTL[56] is writable. */
-    wrmsr(MSR_IA32_RTIT_STATUS, RTIT_STATUS_PENDPSB | RTIT_STATUS_PENDTOPAPMI);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS), RTIT_STATUS_PENDPSB | RTIT_STATUS_PENDTOPAPMI);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    ASSERT_EQ(wrmsr_safe(MSR_IA32_RTIT_CTL, RTIT_CTL_INJECTPSBPMI), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_CTL), RTIT_CTL_INJECTPSBPMI);
-    wrmsr(MSR_IA32_RTIT_CTL, 0);
+    wrmsr(IA32_RTIT_STATUS, RTIT_STATUS_PENDPSB | RTIT_STATUS_PENDTOPAPMI);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS), RTIT_STATUS_PENDPSB | RTIT_STATUS_PENDTOPAPMI);
+    wrmsr(IA32_RTIT_STATUS, 0);
+    ASSERT_EQ(wrmsr_safe(IA32_RTIT_CTL, RTIT_CTL_INJECTPSBPMI), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_CTL), RTIT_CTL_INJECTPSBPMI);
+    wrmsr(IA32_RTIT_CTL, 0);
 
     pend_psb(1);
     pend_psb(0);

@@ -38,29 +38,29 @@ void test_main(void)
     lapic_enable();
 
     uint8_t *buf = alloc_aligned(4096, 4096);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(IA32_RTIT_STATUS, 0);
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_PWREVTEN;
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
                     "d"((uint32_t)((ctl | RTIT_CTL_TRACEEN) >> 32)));
     lapic_timer_oneshot(TIMER_VECTOR, 50000);
     asm volatile("sti\n.globl hlt_insn\nhlt_insn: hlt\n.globl hlt_next\nhlt_next: cli" ::: "memory");
     /* Pause (TraceEn = 0), PwrEvtEn off, resume: the same HLT gives no power packets. */
     asm volatile(".globl pt_pause_wrmsr\npt_pause_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
-    uint64_t len1 = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
+    uint64_t len1 = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     uint64_t ctl2 = ctl & ~RTIT_CTL_PWREVTEN;
     asm volatile(".globl pt_resume_wrmsr\npt_resume_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)(ctl2 | RTIT_CTL_TRACEEN)),
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)(ctl2 | RTIT_CTL_TRACEEN)),
                     "d"((uint32_t)((ctl2 | RTIT_CTL_TRACEEN) >> 32)));
     lapic_timer_oneshot(TIMER_VECTOR, 50000);
     asm volatile("sti\n.globl hlt2_insn\nhlt2_insn: hlt\ncli" ::: "memory");
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)ctl2), "d"((uint32_t)(ctl2 >> 32)));
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)ctl2), "d"((uint32_t)(ctl2 >> 32)));
     ASSERT_EQ(timer_hits, 2);
-    uint64_t len = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    uint64_t len = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     pt_print(buf, len);
     /* One parse of the whole buffer (run 2 has no PSB+: its IPs are compressed against run 1's). */
     int n = pt_parse_all(buf, len, pk, 512);

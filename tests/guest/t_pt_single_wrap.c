@@ -34,12 +34,12 @@ static const uint64_t CTL = RTIT_CTL_OS | RTIT_CTL_BRANCHEN; /* ToPA = 0: single
 static uint64_t reference_run(uint8_t *ref, uint64_t n)
 {
     memset(ref, 0, REF_SIZE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)ref);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, REF_SIZE - 1);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)ref);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, REF_SIZE - 1);
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL, n);
-    uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     ASSERT_EQ(mp & 0xFFFFFFFF, REF_SIZE - 1);
     ASSERT(pt_has_psb(ref));
     uint64_t t = pt_out_offset(mp);
@@ -54,16 +54,16 @@ static void expect_error(const char *what, uint8_t *page, uint64_t base, uint64_
 {
     printf("error case: %s: OUTPUT_BASE %lx, MASK_PTRS %lx\n", what, base, mask_ptrs);
     ASSERT_EQ(pt_first_nonzero(page, 4096), 4096);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, base);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, mask_ptrs);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    wrmsr(MSR_IA32_RTIT_CTL, CTL | RTIT_CTL_TRACEEN);
-    uint64_t st_on = rdmsr(MSR_IA32_RTIT_STATUS);
-    uint64_t ctl_on = rdmsr(MSR_IA32_RTIT_CTL);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, base);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, mask_ptrs);
+    wrmsr(IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_CTL, CTL | RTIT_CTL_TRACEEN);
+    uint64_t st_on = rdmsr(IA32_RTIT_STATUS);
+    uint64_t ctl_on = rdmsr(IA32_RTIT_CTL);
     sink = churn(300);
-    uint64_t st_tr = rdmsr(MSR_IA32_RTIT_STATUS);
-    wrmsr(MSR_IA32_RTIT_CTL, CTL);
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t st_tr = rdmsr(IA32_RTIT_STATUS);
+    wrmsr(IA32_RTIT_CTL, CTL);
+    uint64_t st = rdmsr(IA32_RTIT_STATUS);
     /* Hardware may detect the error at enable or when the output is first used (§33.3.10:
      * "the timing of error detection may not be predictable"): checked after the workload. */
     printf("  STATUS right after enabling %lx, after the workload %lx, after disabling %lx\n",
@@ -74,10 +74,10 @@ static void expect_error(const char *what, uint8_t *page, uint64_t base, uint64_
     ASSERT(st & RTIT_STATUS_ERROR);                          /* sticky until software clears it */
     ASSERT_EQ(st & RTIT_STATUS_STOPPED, 0);
     ASSERT_EQ(pt_first_nonzero(page, 4096), 4096);          /* no byte written */
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), base);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), mask_ptrs | 0x7F);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_ERROR, 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), base);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), mask_ptrs | 0x7F);
+    wrmsr(IA32_RTIT_STATUS, 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & RTIT_STATUS_ERROR, 0);
 }
 
 void test_main(void)
@@ -113,22 +113,22 @@ void test_main(void)
     /* Error still set from a previous run: enabling writes nothing until software clears it
      * (TriggerEn = TraceEn & !Error & !Stopped). */
     printf("Error left set, valid range: nothing written\n");
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)page);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(MSR_IA32_RTIT_STATUS, RTIT_STATUS_ERROR);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)page);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
+    wrmsr(IA32_RTIT_STATUS, RTIT_STATUS_ERROR);
     traced_run(CTL, 300);
-    ASSERT(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_ERROR);
+    ASSERT(rdmsr(IA32_RTIT_STATUS) & RTIT_STATUS_ERROR);
     ASSERT_EQ(pt_first_nonzero(page, 4096), 4096);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), 0xFFF);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), 0xFFF);
 
     /* Legal edge: OutputOffset == mask starts at the last byte, then wraps to the base. */
     printf("offset == mask (0xFF): first byte at base + 0xFF, then base + 0\n");
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)page + 0x100);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(1, 0xFF));
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)page + 0x100);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(1, 0xFF));
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL, 10);
-    uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     ASSERT_EQ(mp & 0xFFFFFFFF, 0xFF);
     ASSERT(pt_out_offset(mp) > 15 && pt_out_offset(mp) < 0xFF);
     ASSERT_EQ(page[0x1FF], 0x02);                  /* PSB starts in the last byte ... */
@@ -141,19 +141,19 @@ void test_main(void)
     /* ---- the wrap: 256-byte range inside a zeroed page, at page + 0x200 ---- */
     uint8_t *wpage = alloc_aligned(4096, 4096);
     uint8_t *range = wpage + 0x200;
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)range);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, 0xFF);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)range);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFF);
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL, n);
-    mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+    mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    uint64_t st = rdmsr(IA32_RTIT_STATUS);
     uint64_t offset = pt_out_offset(mp);
     printf("SRWRAP offset=%lu total=%lu MASK_PTRS=%lx STATUS=%lx\n", offset, total, mp, st);
     pt_dump(range, 256);
     ASSERT_EQ(mp & 0xFFFFFFFF, 0xFF);
     ASSERT(offset < 256);
     ASSERT_EQ(st & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)range);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), (uint64_t)range);
     ASSERT_EQ(pt_first_nonzero(wpage, 0x200), 0x200);           /* nothing below the range */
     ASSERT_EQ(pt_first_nonzero(range + 256, 0xD00), 0xD00);     /* nothing above it */
     ASSERT_EQ(offset, total % 256);

@@ -71,43 +71,43 @@ static leaf_fn leaf_of(int cpu)
 __attribute__((noinline, noclone)) static void trace_on(uint64_t v)
 {
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)v), "d"((uint32_t)(v >> 32)) : "memory");
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)v), "d"((uint32_t)(v >> 32)) : "memory");
 }
 __attribute__((noinline, noclone)) static void trace_off(uint64_t v)
 {
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)v), "d"((uint32_t)(v >> 32)) : "memory");
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)v), "d"((uint32_t)(v >> 32)) : "memory");
 }
 
 static void check_reset_values(void)
 {
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_CTL), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_CTL), 0);
     /* FilterEn and ContextEn are the processor's view of the current IP/context (as t_pt_gp). */
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & ~(RTIT_STATUS_FILTEREN | RTIT_STATUS_CONTEXTEN), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), 0x7F);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_CR3_MATCH), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_ADDR0_A), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & ~(RTIT_STATUS_FILTEREN | RTIT_STATUS_CONTEXTEN), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), 0x7F);
+    ASSERT_EQ(rdmsr(IA32_RTIT_CR3_MATCH), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_ADDR0_A), 0);
 }
 
 static void program(int cpu)
 {
     bufs[cpu] = alloc_aligned(BUF_SIZE, BUF_SIZE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)bufs[cpu]);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1); /* 64 KiB range, offset 0 */
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    wrmsr(MSR_IA32_RTIT_CR3_MATCH, cr3_match_of(cpu));  /* inert: CR3Filter = 0 */
-    wrmsr(MSR_IA32_RTIT_ADDR0_A, addr_a_of(cpu));       /* inert: ADDR0_CFG = 0 */
-    wrmsr(MSR_IA32_RTIT_ADDR0_B, addr_b_of(cpu));
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)bufs[cpu]);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1); /* 64 KiB range, offset 0 */
+    wrmsr(IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_CR3_MATCH, cr3_match_of(cpu));  /* inert: CR3Filter = 0 */
+    wrmsr(IA32_RTIT_ADDR0_A, addr_a_of(cpu));       /* inert: ADDR0_CFG = 0 */
+    wrmsr(IA32_RTIT_ADDR0_B, addr_b_of(cpu));
 }
 
 static void check_own_values(int cpu)
 {
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)bufs[cpu]);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) & 0xFFFFFFFF, BUF_SIZE - 1);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_CR3_MATCH), cr3_match_of(cpu));
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_ADDR0_A), addr_a_of(cpu));
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_ADDR0_B), addr_b_of(cpu));
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), (uint64_t)bufs[cpu]);
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) & 0xFFFFFFFF, BUF_SIZE - 1);
+    ASSERT_EQ(rdmsr(IA32_RTIT_CR3_MATCH), cr3_match_of(cpu));
+    ASSERT_EQ(rdmsr(IA32_RTIT_ADDR0_A), addr_a_of(cpu));
+    ASSERT_EQ(rdmsr(IA32_RTIT_ADDR0_B), addr_b_of(cpu));
 }
 
 static int iterations(int cpu, int round) { return 3000 + 1000 * cpu + 37 * round; }
@@ -134,15 +134,15 @@ static void per_cpu(int cpu)
             asm volatile("sti; hlt; cli" ::: "memory");
         trace_off(ctl);
         ASSERT_EQ(timer_hits[cpu], hits + 1);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_CTL), ctl);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+        ASSERT_EQ(rdmsr(IA32_RTIT_CTL), ctl);
+        ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     }
     smp_barrier();
     check_own_values(cpu);
-    res[cpu].mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    res[cpu].status = rdmsr(MSR_IA32_RTIT_STATUS);
-    res[cpu].base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE);
-    res[cpu].ctl = rdmsr(MSR_IA32_RTIT_CTL);
+    res[cpu].mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    res[cpu].status = rdmsr(IA32_RTIT_STATUS);
+    res[cpu].base = rdmsr(IA32_RTIT_OUTPUT_BASE);
+    res[cpu].ctl = rdmsr(IA32_RTIT_CTL);
     printf("cpu %d (LAPIC ID %d): %lu bytes at %p, MASK_PTRS %lx, STATUS %lx\n", cpu, cpu_id(),
            res[cpu].mp >> 32, bufs[cpu], res[cpu].mp, res[cpu].status);
 }

@@ -17,19 +17,19 @@ static volatile uint64_t sink;
 void test_main(void)
 {
     uint8_t *buf = alloc_aligned(1 << 16, 1 << 16);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, (1 << 16) - 1);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, (1 << 16) - 1);
     uint64_t ctl = RTIT_CTL_OS | RTIT_CTL_BRANCHEN | RTIT_CTL_TSCEN | RTIT_CTL_MTCEN | (3ull << 14) |
                    RTIT_CTL_CYCEN | (2ull << 19); /* PSBFreq 0: 2 KiB */
     uint64_t t0 = rdtsc();
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)(ctl | RTIT_CTL_TRACEEN)),
                     "d"((uint32_t)((ctl | RTIT_CTL_TRACEEN) >> 32)));
     sink = churn(3000);
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
-                 :: "c"(MSR_IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
+                 :: "c"(IA32_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
     uint64_t t1 = rdtsc();
-    uint64_t len = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
+    uint64_t len = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32;
     printf("TIMING lo=%lx hi=%lx bytes=%lu\n", t0, t1, len);
     ASSERT(len > 4096 && len < (1 << 16) - 256); /* several PSBs, no wrap */
     ASSERT(t1 > t0);

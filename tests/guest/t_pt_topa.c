@@ -41,12 +41,12 @@ static uint64_t t_100, t_300; /* calibration: bytes for 100 and 300 iterations *
 static uint64_t reference_run(uint8_t *buf, uint64_t n)
 {
     memset(buf, 0, REF_SIZE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, REF_SIZE - 1);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, REF_SIZE - 1);
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL_SINGLE, n);
-    uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     ASSERT(pt_has_psb(buf));
     uint64_t t = pt_out_offset(mp);
     ASSERT(t > 0 && t < REF_SIZE / 2); /* no wrap: offset = byte count */
@@ -94,8 +94,8 @@ static void check_layout(const char *what, const struct region *r, int k, uint64
     start = 0;
     for (int j = 0; j < cur; j++)
         start += r[j].size;
-    uint64_t base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t base = rdmsr(IA32_RTIT_OUTPUT_BASE), mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    uint64_t st = rdmsr(IA32_RTIT_STATUS);
     printf("%s: %lu bytes, cycle %lu: OUTPUT_BASE %lx MASK_PTRS %lx (expected table %lx entry %u "
            "offset %lx), STATUS %lx\n", what, t, c, base, mp, r[cur].table, r[cur].index,
            pos - start, st);
@@ -107,9 +107,9 @@ static void check_layout(const char *what, const struct region *r, int k, uint64
 
 static void start_topa(uint64_t *table, uint64_t index, uint64_t offset)
 {
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)table);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(index, offset));
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)table);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(index, offset));
+    wrmsr(IA32_RTIT_STATUS, 0);
 }
 
 static volatile uint64_t nmi_count, nmi_gstatus, nmi_lvt, nmi_rtit_status;
@@ -118,9 +118,9 @@ static void nmi_handler(struct trap_frame *f)
 {
     (void)f;
     nmi_count++;
-    nmi_gstatus = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+    nmi_gstatus = rdmsr(IA32_PERF_GLOBAL_STATUS);
     nmi_lvt = lapic_read(LAPIC_LVT_PERF);
-    nmi_rtit_status = rdmsr(MSR_IA32_RTIT_STATUS);
+    nmi_rtit_status = rdmsr(IA32_RTIT_STATUS);
 }
 
 /* PMI skid: the NMI may arrive a few instructions after the region filled. */
@@ -173,8 +173,8 @@ void test_main(void)
         ASSERT(pt_has_psb(rg + 4096 + 0x100));
         ASSERT_EQ(memcmp(rg + 4096 + 0x100, ref, t), 0);
         ASSERT_EQ(pt_first_nonzero(rg + 4096 + 0x100 + t, 8192 - 0x100 - t), 8192 - 0x100 - t);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS),
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS),
                   pt_mask_ptrs(1 + (0x100 + t) / 4096, (0x100 + t) % 4096));
         printf("circular 3x4K from entry 1 offset 0x100: %lu bytes, ok\n", t);
     }
@@ -229,7 +229,7 @@ void test_main(void)
         set_handler(2, nmi_handler);
         lapic_enable();
         lapic_write(LAPIC_LVT_PERF, 0x400); /* delivery mode NMI, unmasked */
-        ASSERT_EQ(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
+        ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
 
         /* Before the INT region is full: no PMI. */
         n = reference_for(2000, &t);
@@ -237,10 +237,10 @@ void test_main(void)
         start_topa(tab, 0, 0);
         traced_run(CTL_TOPA, n);
         wait_nmi(1);
-        uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
+        uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
         printf("INT: %lu bytes in the INT region: NMIs %lu, MASK_PTRS %lx\n", t, nmi_count, mp);
         ASSERT_EQ(nmi_count, 0);
-        ASSERT_EQ(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
+        ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
         ASSERT_EQ(mp, pt_mask_ptrs(0, t));
 
         /* Fill it: one NMI, GLOBAL_STATUS[55], LVTPC masked. */
@@ -250,9 +250,9 @@ void test_main(void)
         start_topa(tab, 0, 0);
         traced_run(CTL_TOPA, n);
         wait_nmi(1);
-        uint64_t gs = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+        uint64_t gs = rdmsr(IA32_PERF_GLOBAL_STATUS);
         uint32_t lvt = lapic_read(LAPIC_LVT_PERF);
-        mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
+        mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
         printf("INT: region 0 filled (%lu+ bytes): NMIs %lu (GLOBAL_STATUS in handler %lx, LVTPC "
                "%x), GLOBAL_STATUS %lx, LVTPC %x, MASK_PTRS %lx\n", t, nmi_count, nmi_gstatus,
                (uint32_t)nmi_lvt, gs, lvt, mp);
@@ -262,11 +262,11 @@ void test_main(void)
         ASSERT(lvt & (1u << 16));                 /* LVTPC masked on delivery */
         ASSERT_EQ(lvt & 0x700, 0x400);            /* still NMI mode */
         ASSERT_EQ(pt_topa_index(mp), 1);          /* the handler's trace stays in region 1 */
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+        ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
         ASSERT_EQ(memcmp(rg, ref, 4096), 0);      /* region 0 is the start of the stream */
         /* IA32_PERF_GLOBAL_STATUS_RESET (390H) bit 55 clears it. */
-        wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, PERF_GLOBAL_STATUS_TOPA_PMI);
-        ASSERT_EQ(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
+        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, PERF_GLOBAL_STATUS_TOPA_PMI);
+        ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
 
         /* Continue from where it stopped, LVTPC re-armed: region 1 (no INT) and region 2 (INT)
          * fill, the walk wraps to entry 0: exactly one more NMI. */
@@ -277,18 +277,18 @@ void test_main(void)
         start_topa(tab, pt_topa_index(mp), pt_out_offset(mp));
         traced_run(CTL_TOPA, n);
         wait_nmi(2);
-        gs = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+        gs = rdmsr(IA32_PERF_GLOBAL_STATUS);
         lvt = lapic_read(LAPIC_LVT_PERF);
-        mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
+        mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
         printf("INT: regions 1 and 2 filled: NMIs %lu, GLOBAL_STATUS %lx, LVTPC %x, MASK_PTRS %lx\n",
                nmi_count, gs, lvt, mp);
         ASSERT_EQ(nmi_count, 2);
         ASSERT(gs & PERF_GLOBAL_STATUS_TOPA_PMI);
         ASSERT(lvt & (1u << 16));
         ASSERT_EQ(pt_topa_index(mp), 0);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
-        wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, PERF_GLOBAL_STATUS_TOPA_PMI);
-        ASSERT_EQ(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
+        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, PERF_GLOBAL_STATUS_TOPA_PMI);
+        ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
         lapic_write(LAPIC_LVT_PERF, 0x10400);    /* masked from here on */
 
         /* LVTPC masked: the INT region still sets GLOBAL_STATUS[55], but no NMI is delivered. */
@@ -297,13 +297,13 @@ void test_main(void)
         start_topa(tab, 0, 0);
         traced_run(CTL_TOPA, n);
         wait_nmi(3);
-        gs = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+        gs = rdmsr(IA32_PERF_GLOBAL_STATUS);
         printf("INT with LVTPC masked: NMIs %lu, GLOBAL_STATUS %lx\n", nmi_count, gs);
         ASSERT_EQ(nmi_count, 2);
         ASSERT(gs & PERF_GLOBAL_STATUS_TOPA_PMI);
         ASSERT_EQ(memcmp(rg, ref, t), 0);        /* the trace itself is unaffected */
-        wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, PERF_GLOBAL_STATUS_TOPA_PMI);
-        ASSERT_EQ(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
+        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, PERF_GLOBAL_STATUS_TOPA_PMI);
+        ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & PERF_GLOBAL_STATUS_TOPA_PMI, 0);
     }
 
     /* ---- 5. STOP ---- */
@@ -319,8 +319,8 @@ void test_main(void)
         start_topa(tab, 0, 0);
         traced_run(CTL_TOPA, n);
         uint64_t ctl_on = traced_ctl_on, st_on = traced_status_on;
-        uint64_t base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-        uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+        uint64_t base = rdmsr(IA32_RTIT_OUTPUT_BASE), mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+        uint64_t st = rdmsr(IA32_RTIT_STATUS);
         printf("STOP: %lu bytes of work; before disabling CTL %lx STATUS %lx; after: OUTPUT_BASE "
                "%lx MASK_PTRS %lx STATUS %lx\n", t, ctl_on, st_on, base, mp, st);
         ASSERT_EQ(ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN);     /* TraceEn stays 1 */
@@ -336,24 +336,24 @@ void test_main(void)
 
         /* Re-enabling with Stopped still set: no packets, nothing written, no error. */
         traced_run(CTL_TOPA, 300);
-        st = rdmsr(MSR_IA32_RTIT_STATUS);
+        st = rdmsr(IA32_RTIT_STATUS);
         printf("STOP: re-enabled with Stopped = 1: STATUS %lx MASK_PTRS %lx\n", st,
-               rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS));
+               rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS));
         ASSERT(st & RTIT_STATUS_STOPPED);
         ASSERT_EQ(st & RTIT_STATUS_ERROR, 0);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(1, 4096));
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(1, 4096));
         ASSERT_EQ(memcmp(rg, ref, 8192), 0);
         ASSERT_EQ(pt_first_nonzero(rg + 8192, 4096), 4096);
 
         /* Stopped cleared, pointer still at offset = size: Illegal ToPA Output Offset. */
-        wrmsr(MSR_IA32_RTIT_STATUS, 0);
+        wrmsr(IA32_RTIT_STATUS, 0);
         traced_run(CTL_TOPA, 300);
-        st = rdmsr(MSR_IA32_RTIT_STATUS);
+        st = rdmsr(IA32_RTIT_STATUS);
         printf("STOP: Stopped cleared, offset left at 4096: STATUS %lx MASK_PTRS %lx\n", st,
-               rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS));
+               rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS));
         ASSERT(st & RTIT_STATUS_ERROR);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(1, 4096));
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_BASE), (uint64_t)tab);
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(1, 4096));
         ASSERT_EQ(memcmp(rg, ref, 8192), 0);
         ASSERT_EQ(pt_first_nonzero(rg + 8192, 4096), 4096);
 
@@ -361,11 +361,11 @@ void test_main(void)
         n = reference_for(1000, &t);
         start_topa(tab, 2, 0);
         traced_run(CTL_TOPA, n);
-        st = rdmsr(MSR_IA32_RTIT_STATUS);
+        st = rdmsr(IA32_RTIT_STATUS);
         printf("STOP: resumed at entry 2: STATUS %lx MASK_PTRS %lx\n", st,
-               rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS));
+               rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS));
         ASSERT_EQ(st & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(2, t));
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(2, t));
         ASSERT_EQ(memcmp(rg + 8192, ref, t), 0);
     }
 
@@ -383,18 +383,18 @@ void test_main(void)
         start_topa(tab, 0, 0);
         traced_run(CTL_TOPA, n);
         wait_nmi(1);
-        uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+        uint64_t st = rdmsr(IA32_RTIT_STATUS);
         printf("STOP+INT: NMIs %lu, STATUS %lx, MASK_PTRS %lx\n", nmi_count, st,
-               rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS));
+               rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS));
         ASSERT_EQ(nmi_count, 1);
         ASSERT(nmi_gstatus & PERF_GLOBAL_STATUS_TOPA_PMI);
         ASSERT(nmi_rtit_status & RTIT_STATUS_STOPPED);   /* STOP took effect before the PMI */
         ASSERT(st & RTIT_STATUS_STOPPED);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, 4096));
+        ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, 4096));
         ASSERT_EQ(memcmp(rg, ref, 4096), 0);
         ASSERT_EQ(pt_first_nonzero(rg + 4096, 4096), 4096);
-        wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, PERF_GLOBAL_STATUS_TOPA_PMI);
+        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, PERF_GLOBAL_STATUS_TOPA_PMI);
         lapic_write(LAPIC_LVT_PERF, 0x10400);
-        wrmsr(MSR_IA32_RTIT_STATUS, 0);
+        wrmsr(IA32_RTIT_STATUS, 0);
     }
 }

@@ -35,12 +35,12 @@ static uint64_t n_fill, t_fill; /* iterations that make ~6 KiB, and that stream'
 static uint64_t reference_run(uint8_t *buf, uint64_t n)
 {
     memset(buf, 0, REF_SIZE);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, REF_SIZE - 1);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)buf);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, REF_SIZE - 1);
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL_SINGLE, n);
-    uint64_t mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    uint64_t mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     ASSERT(pt_has_psb(buf));
     uint64_t t = pt_out_offset(mp);
     ASSERT(t > 0 && t < REF_SIZE / 2);
@@ -58,12 +58,12 @@ static void run_error_case(const char *what, uint64_t table, uint64_t mask_ptrs,
 {
     printf("%s\n", what);
     ASSERT_EQ(pt_first_nonzero(out, out_len), out_len);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, table);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, mask_ptrs);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, table);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, mask_ptrs);
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL_TOPA, n_fill);
-    uint64_t base = rdmsr(MSR_IA32_RTIT_OUTPUT_BASE), mp = rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS);
-    uint64_t st = rdmsr(MSR_IA32_RTIT_STATUS);
+    uint64_t base = rdmsr(IA32_RTIT_OUTPUT_BASE), mp = rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS);
+    uint64_t st = rdmsr(IA32_RTIT_STATUS);
     printf("  STATUS at enable %lx, before disabling %lx, after %lx; OUTPUT_BASE %lx MASK_PTRS %lx"
            " (expected %lx %lx)\n", traced_status_at_enable, traced_status_on, st, base, mp, e.base, e.mask_ptrs);
     ASSERT_EQ(traced_ctl_on, CTL_TOPA | RTIT_CTL_TRACEEN); /* TraceEn stays 1 */
@@ -89,9 +89,9 @@ static void run_error_case(const char *what, uint64_t table, uint64_t mask_ptrs,
         }
     }
     /* Error is sticky: software clears it. */
-    ASSERT(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_ERROR);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_ERROR, 0);
+    ASSERT(rdmsr(IA32_RTIT_STATUS) & RTIT_STATUS_ERROR);
+    wrmsr(IA32_RTIT_STATUS, 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & RTIT_STATUS_ERROR, 0);
     memset(out, 0, out_len);
 }
 
@@ -151,7 +151,7 @@ void test_main(void)
     tab[16] = ENTRY(R, 0);               /* what a walker ignoring bits 11:7 would find at +0x80 */
     tab[17] = ENTRY(R + 4096, 0);
     tab[18] = T | TOPA_END;
-    ASSERT_EQ(wrmsr_safe(MSR_IA32_RTIT_OUTPUT_BASE, T + 0x80), 0); /* no #GP: operational error */
+    ASSERT_EQ(wrmsr_safe(IA32_RTIT_OUTPUT_BASE, T + 0x80), 0); /* no #GP: operational error */
     run_error_case("table base 0x80 into a page (OUTPUT_BASE bits 11:7)", T + 0x80,
                    pt_mask_ptrs(0, 0), rg, 16384, rg, (struct expect){ T + 0x80, pt_mask_ptrs(0, 0), 0 });
     memset(tab, 0, 4096);
@@ -197,15 +197,15 @@ void test_main(void)
                    (struct expect){ T, pt_mask_ptrs(0, 8192), 0 });
     /* control: offset 4096 inside the same 8 KiB region is legal */
     printf("control: output offset 4096 in an 8 KiB region\n");
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, T);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(0, 4096));
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, T);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(0, 4096));
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL_TOPA, n_fill);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     ASSERT_EQ(pt_first_nonzero(rg, 4096), 4096);
     ASSERT_EQ(memcmp(rg + 4096, ref, 4096), 0);
     ASSERT_EQ(memcmp(rg + 8192, ref + 4096, t_fill - 4096), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(1, t_fill - 4096));
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(1, t_fill - 4096));
     memset(rg, 0, 16384);
 
     /* ---- 4a. END with INT or STOP ---- */
@@ -245,19 +245,19 @@ void test_main(void)
     tab[0] = ENTRY(R, 0);
     tab[1] = ENTRY(R + 4096, 0);
     tab[2] = T | TOPA_END;
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, T);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(0, 0));
-    wrmsr(MSR_IA32_RTIT_STATUS, RTIT_STATUS_ERROR);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, T);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, pt_mask_ptrs(0, 0));
+    wrmsr(IA32_RTIT_STATUS, RTIT_STATUS_ERROR);
     traced_run(CTL_TOPA, n_fill);
     ASSERT_EQ(traced_status_on & RTIT_STATUS_TRIGGEREN, 0);
-    ASSERT(rdmsr(MSR_IA32_RTIT_STATUS) & RTIT_STATUS_ERROR);
+    ASSERT(rdmsr(IA32_RTIT_STATUS) & RTIT_STATUS_ERROR);
     ASSERT_EQ(pt_first_nonzero(rg, 16384), 16384);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, 0));
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(0, 0));
     /* ... and once cleared, the same table works. */
     printf("good table, Error cleared: the stream is written\n");
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_STATUS, 0);
     traced_run(CTL_TOPA, n_fill);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+    ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
     ASSERT_EQ(memcmp(rg, ref, t_fill), 0);
-    ASSERT_EQ(rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(1, t_fill - 4096));
+    ASSERT_EQ(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS), pt_mask_ptrs(1, t_fill - 4096));
 }

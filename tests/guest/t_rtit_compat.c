@@ -1,7 +1,7 @@
 /* Issue 12: Atom RTIT (profile=silvermont, seed 002) in compatibility mode under the 64-bit
  * kernel (lib/compat_trip.h: IRETQ, far CALL/JMP/RET and IRET between 64-bit and compatibility
  * mode, near CALL/RET/Jcc/JMP in 32-bit code). One window over the trip into a single output
- * region; every RTIT_CTL write drains the internal buffer (§3.3.2), so RTIT_OFFSET is the stream
+ * region; every MSR_RTIT_CTL write drains the internal buffer (§3.3.2), so MSR_RTIT_OFFSET is the stream
  * length after the disabling WRMSR. RTIT has no MODE packet: the decoder is told that the code
  * between compat32_start and compat32_end is 32-bit (`rtit-decode --code32`), and the host
  * checks the decoded flow against the ground truth and the bytes in memory against the plugin's
@@ -11,11 +11,6 @@
 #include "pt.h"
 #include "compat_trip.h"
 
-#define RTIT_CTL         0x768
-#define RTIT_EVENTS      0x76C
-#define RTIT_BASE_ADDR   0x770
-#define RTIT_LIMIT_MASK  0x771
-#define RTIT_OFFSET      0x772
 #define ATOM_CTL_TRACE_EN     (1u << 0)
 #define ATOM_CTL_OS           (1u << 2)
 #define ATOM_CTL_USER         (1u << 3)
@@ -26,24 +21,24 @@ static volatile uint32_t trip_result;
 
 void test_main(void)
 {
-    (void)rdmsr(RTIT_CTL); /* §3.3.1: RTIT_CTL is read first */
+    (void)rdmsr(MSR_RTIT_CTL); /* §3.3.1: MSR_RTIT_CTL is read first */
     uint8_t *buf = alloc_aligned(4096, 4096);
-    wrmsr(RTIT_BASE_ADDR, (uint64_t)buf);
-    wrmsr(RTIT_LIMIT_MASK, 0xFFF);
-    wrmsr(RTIT_OFFSET, 0);
-    wrmsr(RTIT_EVENTS, 7 | (6 << 3)); /* FilterEn: always on; TraceStop: always off */
+    wrmsr(MSR_RTIT_BASE_ADDR, (uint64_t)buf);
+    wrmsr(MSR_RTIT_LIMIT_MASK, 0xFFF);
+    wrmsr(MSR_RTIT_OFFSET, 0);
+    wrmsr(MSR_RTIT_EVENTS, 7 | (6 << 3)); /* FilterEn: always on; TraceStop: always off */
     uint64_t ctl = ATOM_CTL_OS | ATOM_CTL_USER | ATOM_CTL_CMPRS_RET;
-    wrmsr(RTIT_CTL, ctl);
+    wrmsr(MSR_RTIT_CTL, ctl);
     uint64_t on = ctl | ATOM_CTL_TRACE_EN | ATOM_CTL_TRACE_ACTIVE;
     compat_gdt_enter();
     irq_disable();
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
-                 :: "c"(RTIT_CTL), "a"((uint32_t)on), "d"((uint32_t)(on >> 32)));
+                 :: "c"(MSR_RTIT_CTL), "a"((uint32_t)on), "d"((uint32_t)(on >> 32)));
     trip_result = compat_trip_run();
     asm volatile(".globl pt_disable_wrmsr\npt_disable_wrmsr: wrmsr"
-                 :: "c"(RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
+                 :: "c"(MSR_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
     compat_gdt_leave();
-    uint64_t len = rdmsr(RTIT_OFFSET);
+    uint64_t len = rdmsr(MSR_RTIT_OFFSET);
     printf("TNTBUFF %lx\n", rdmsr(0x77D));
     printf("compat trip: ecx %x (expected %x), RTIT %lu bytes\n", trip_result, TRIP_ECX, len);
     ASSERT_EQ(trip_result, TRIP_ECX);

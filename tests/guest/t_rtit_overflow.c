@@ -4,7 +4,7 @@
 // host-check: rtit-buffovf
 /* RTIT internal buffer overflow (seed 002 §4.2.5; issue 7): a 128-byte internal buffer drained at
  * one byte per 16 instructions cannot keep up with a workload of indirect calls, so
- * RTIT_STATUS[3] Buffer_Overflow sets and packets are dropped; once the buffer has drained, the
+ * MSR_RTIT_STATUS[3] Buffer_Overflow sets and packets are dropped; once the buffer has drained, the
  * next instruction sends FUP.BuffOvf with where execution continues and tracing resumes.
  * In the guest: Buffer_Overflow seen set while tracing, PSB first in the region. On the host: the
  * region equals the plugin's copy, the RTIT decoder finds FUP.BuffOvf packets, and a second run
@@ -13,35 +13,29 @@
 #include "pt.h"
 #include "pt_churn.h"
 
-#define RTIT_CTL         0x768
-#define RTIT_STATUS      0x769
-#define RTIT_EVENTS      0x76C
-#define RTIT_BASE_ADDR   0x770
-#define RTIT_LIMIT_MASK  0x771
-#define RTIT_OFFSET      0x772
 
 static volatile uint64_t sink;
 
 void test_main(void)
 {
     uint8_t *buf = alloc_aligned(1 << 16, 1 << 16);
-    ASSERT_EQ(rdmsr(RTIT_CTL), 0);
-    wrmsr(RTIT_BASE_ADDR, (uint64_t)buf);
-    wrmsr(RTIT_LIMIT_MASK, 0xFFFF);
-    wrmsr(RTIT_OFFSET, 0);
-    wrmsr(RTIT_EVENTS, 7 | (6 << 3));
+    ASSERT_EQ(rdmsr(MSR_RTIT_CTL), 0);
+    wrmsr(MSR_RTIT_BASE_ADDR, (uint64_t)buf);
+    wrmsr(MSR_RTIT_LIMIT_MASK, 0xFFFF);
+    wrmsr(MSR_RTIT_OFFSET, 0);
+    wrmsr(MSR_RTIT_EVENTS, 7 | (6 << 3));
     uint64_t ctl = (1u << 2) | (1u << 3) | (1u << 8); /* OS, User, Dest */
-    wrmsr(RTIT_CTL, ctl);
-    wrmsr(RTIT_CTL, ctl | 1 | (1u << 13)); /* Trace_En, TraceActive */
+    wrmsr(MSR_RTIT_CTL, ctl);
+    wrmsr(MSR_RTIT_CTL, ctl | 1 | (1u << 13)); /* Trace_En, TraceActive */
     int seen = 0;
     for (int i = 0; i < 40; i++) {
         sink += churn(50);
-        seen += (rdmsr(RTIT_STATUS) >> 3) & 1;
+        seen += (rdmsr(MSR_RTIT_STATUS) >> 3) & 1;
     }
-    wrmsr(RTIT_CTL, ctl);
-    uint64_t len = rdmsr(RTIT_OFFSET);
+    wrmsr(MSR_RTIT_CTL, ctl);
+    uint64_t len = rdmsr(MSR_RTIT_OFFSET);
     printf("RTIT overflow: Buffer_Overflow seen %d times, %lu bytes, STATUS %lx\n", seen, len,
-           rdmsr(RTIT_STATUS));
+           rdmsr(MSR_RTIT_STATUS));
     ASSERT(seen > 0);
     ASSERT(len > 64 && len < (1 << 16) - 256);
     ASSERT_EQ(buf[0], 0xC0); /* PSB */

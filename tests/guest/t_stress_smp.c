@@ -42,9 +42,9 @@ static void per_cpu(int cpu)
     if (cpu != 0) {
         bufs[cpu] = alloc_aligned(BUF_SIZE, BUF_SIZE);
     }
-    wrmsr(MSR_IA32_RTIT_OUTPUT_BASE, (uint64_t)bufs[cpu]);
-    wrmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
-    wrmsr(MSR_IA32_RTIT_STATUS, 0);
+    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint64_t)bufs[cpu]);
+    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, BUF_SIZE - 1);
+    wrmsr(IA32_RTIT_STATUS, 0);
     bts_setup(&ds[cpu], rings[cpu], 32, 33);
     uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(cpu + 1);
     smp_barrier();
@@ -61,8 +61,8 @@ static void per_cpu(int cpu)
             ctl |= (1ull << 1) | (1ull << 19); /* CYCEn, CycThresh 1 */
         int bts = (r & 1) != 0;
         if (bts)
-            wrmsr(MSR_IA32_DEBUGCTL, DEBUGCTL_TR | DEBUGCTL_BTS);
-        wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
+            wrmsr(IA32_DEBUGCTL, DEBUGCTL_TR | DEBUGCTL_BTS);
+        wrmsr(IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
         sink[cpu] += churn(200 + (x >> 8) % 800);
         load_cr3(cr3_alt());
         sink[cpu] += churn(20 + cpu);
@@ -71,10 +71,10 @@ static void per_cpu(int cpu)
         lapic_timer_oneshot(TIMER_VECTOR, 5000 + (uint32_t)((x >> 20) % 20000));
         while (timer_hits[cpu] == hits)
             asm volatile("sti; hlt; cli" ::: "memory");
-        wrmsr(MSR_IA32_RTIT_CTL, ctl);
+        wrmsr(IA32_RTIT_CTL, ctl);
         if (bts)
-            wrmsr(MSR_IA32_DEBUGCTL, 0);
-        ASSERT_EQ(rdmsr(MSR_IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
+            wrmsr(IA32_DEBUGCTL, 0);
+        ASSERT_EQ(rdmsr(IA32_RTIT_STATUS) & (RTIT_STATUS_ERROR | RTIT_STATUS_STOPPED), 0);
         ASSERT(ds[cpu].bts_index >= ds[cpu].bts_base && ds[cpu].bts_index < ds[cpu].bts_max);
         rounds_done[cpu]++;
     }
@@ -94,7 +94,7 @@ void test_main(void)
         ASSERT_EQ(rounds_done[cpu], rounds);
         ASSERT(timer_hits[cpu] >= rounds);
         printf("cpu %d: %lu rounds, %lu timer interrupts, single range offset %lu, BTS index slot %lu\n",
-               cpu, rounds_done[cpu], timer_hits[cpu], rdmsr(MSR_IA32_RTIT_OUTPUT_MASK_PTRS) >> 32,
+               cpu, rounds_done[cpu], timer_hits[cpu], rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32,
                (ds[cpu].bts_index - ds[cpu].bts_base) / 24);
     }
 }

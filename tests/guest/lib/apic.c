@@ -25,11 +25,11 @@ static void spurious(struct trap_frame *f) { (void)f; } /* no EOI (SDM "Spurious
  * Disabling the Local APIC", "Spurious Interrupt"). */
 void lapic_enable(void)
 {
-    uint64_t base = rdmsr(MSR_IA32_APIC_BASE);
+    uint64_t base = rdmsr(IA32_APIC_BASE);
     if ((base & ~0xFFFULL) != LAPIC_BASE)
         test_fail("IA32_APIC_BASE is not at 0xFEE00000");
     if (!(base & (1 << 11)))
-        wrmsr(MSR_IA32_APIC_BASE, base | (1 << 11));
+        wrmsr(IA32_APIC_BASE, base | (1 << 11));
     set_handler(SPURIOUS_VECTOR, spurious);
     lapic_write(LAPIC_SVR, 0x100 | SPURIOUS_VECTOR);
 }

@@ -3,9 +3,6 @@
 #define GUEST_BTS_H
 #include "guest.h"
 
-#define MSR_IA32_DEBUGCTL     0x1D9
-#define MSR_IA32_DS_AREA      0x600
-#define MSR_IA32_MISC_ENABLE  0x1A0
 #define DEBUGCTL_TR           (1u << 6)
 #define DEBUGCTL_BTS          (1u << 7)
 #define DEBUGCTL_BTINT        (1u << 8)
@@ -29,13 +26,13 @@ static inline void bts_setup(struct ds_area *ds, struct bts_record *buf, uint64_
     uint64_t base = (uint64_t)buf, size = sizeof(struct bts_record); /* address arithmetic only */
     ds->bts_max = base + slots * size;
     ds->bts_threshold = base + threshold_slot * size;
-    wrmsr(MSR_IA32_DS_AREA, (uint64_t)ds);
+    wrmsr(IA32_DS_AREA, (uint64_t)ds);
 }
 
 /* Enable/disable at a WRMSR carrying a global label: the host's ground truth (tests/run-guest.sh)
  * switches BTS on after every `bts_enable_wrmsr*` and off after every `bts_disable_wrmsr*`. */
 #define BTS_WRMSR(label, value)                                                              \
-    asm volatile(".globl " label "\n" label ": wrmsr" ::"c"(MSR_IA32_DEBUGCTL),              \
+    asm volatile(".globl " label "\n" label ": wrmsr" ::"c"(IA32_DEBUGCTL),              \
                  "a"((uint32_t)(value)), "d"(0) : "memory")
 
 static inline void bts_print_record(const char *tag, uint64_t i, const struct bts_record *r)

@@ -4,15 +4,6 @@
 #define PT_H
 #include "guest.h"
 
-#define MSR_IA32_RTIT_OUTPUT_BASE      0x560
-#define MSR_IA32_RTIT_OUTPUT_MASK_PTRS 0x561
-#define MSR_IA32_RTIT_CTL              0x570
-#define MSR_IA32_RTIT_STATUS           0x571
-#define MSR_IA32_RTIT_CR3_MATCH        0x572
-#define MSR_IA32_RTIT_ADDR0_A          0x580
-#define MSR_IA32_PERF_GLOBAL_STATUS    0x38E
-#define MSR_IA32_PERF_GLOBAL_OVF_CTRL  0x390
-
 #define RTIT_CTL_TRACEEN   (1ull << 0)
 #define RTIT_CTL_CYCEN     (1ull << 1)
 #define RTIT_CTL_OS        (1ull << 2)
@@ -67,11 +58,6 @@ static inline int pt_has_psb(const uint8_t *p)
  * Knows the packets a configuration without CYC/MTC/PTWRITE/power events produces: PAD, PSB,
  * PSBEND, short TNT, TIP/TIP.PGE/TIP.PGD/FUP (with last-IP decompression, SDM "IP Compression"),
  * MODE, PIP, CBR, TSC, TraceStop, OVF. Anything else is an error. */
-#ifndef MSR_IA32_RTIT_ADDR0_B
-#define MSR_IA32_RTIT_ADDR0_B 0x581
-#define MSR_IA32_RTIT_ADDR1_A 0x582
-#define MSR_IA32_RTIT_ADDR1_B 0x583
-#endif
 #ifndef RTIT_CTL_ADDR0_CFG
 #define RTIT_CTL_ADDR0_CFG(v) ((uint64_t)(v) << 32) /* 1: filter range, 2: TraceStop range */
 #define RTIT_CTL_ADDR1_CFG(v) ((uint64_t)(v) << 36)
@@ -253,18 +239,6 @@ static inline int pt_parse_all(const uint8_t *buf, uint64_t len, struct pt_pkt *
 }
 
 /* ---- more MSRs, STATUS bits and ToPA entry fields (t_pt_gp, t_pt_topa*, t_pt_single_wrap) ---- */
-#ifndef MSR_IA32_RTIT_ADDR0_B
-#define MSR_IA32_RTIT_ADDR0_B          0x581
-#endif
-#ifndef MSR_IA32_RTIT_ADDR1_A
-#define MSR_IA32_RTIT_ADDR1_A          0x582
-#endif
-#ifndef MSR_IA32_RTIT_ADDR1_B
-#define MSR_IA32_RTIT_ADDR1_B          0x583
-#endif
-#ifndef MSR_IA32_RTIT_ADDR2_A
-#define MSR_IA32_RTIT_ADDR2_A          0x584 /* absent on a 2-range profile */
-#endif
 #ifndef RTIT_STATUS_FILTEREN
 #define RTIT_STATUS_FILTEREN  (1ull << 0)
 #endif

@@ -32,11 +32,11 @@ __attribute__((noinline)) static uint64_t churn(uint64_t n)
 static volatile uint64_t churn_sink, traced_status_at_enable, traced_ctl_on, traced_status_on;
 __attribute__((noinline, unused)) static void traced_run(uint64_t ctl, uint64_t n)
 {
-    wrmsr(MSR_IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
-    traced_status_at_enable = rdmsr(MSR_IA32_RTIT_STATUS);
+    wrmsr(IA32_RTIT_CTL, ctl | RTIT_CTL_TRACEEN);
+    traced_status_at_enable = rdmsr(IA32_RTIT_STATUS);
     churn_sink = churn(n);
-    traced_ctl_on = rdmsr(MSR_IA32_RTIT_CTL);
-    traced_status_on = rdmsr(MSR_IA32_RTIT_STATUS);
-    wrmsr(MSR_IA32_RTIT_CTL, ctl);
+    traced_ctl_on = rdmsr(IA32_RTIT_CTL);
+    traced_status_on = rdmsr(IA32_RTIT_STATUS);
+    wrmsr(IA32_RTIT_CTL, ctl);
 }
 #endif

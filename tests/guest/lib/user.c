@@ -15,10 +15,10 @@ void syscall_dispatch(struct trap_frame *f);
  * FMASK the RFLAGS bits cleared on entry (TF, DF, IF, IOPL, AC, NT). */
 void syscall_init(void)
 {
-    wrmsr(MSR_EFER, rdmsr(MSR_EFER) | EFER_SCE);
-    wrmsr(MSR_STAR, ((uint64_t)(USER32_CS & ~3) << 48) | ((uint64_t)KERNEL_CS << 32));
-    wrmsr(MSR_LSTAR, (uint64_t)syscall_entry);
-    wrmsr(MSR_SFMASK, 0x47700);
+    wrmsr(IA32_EFER, rdmsr(IA32_EFER) | EFER_SCE);
+    wrmsr(IA32_STAR, ((uint64_t)(USER32_CS & ~3) << 48) | ((uint64_t)KERNEL_CS << 32));
+    wrmsr(IA32_LSTAR, (uint64_t)syscall_entry);
+    wrmsr(IA32_FMASK, 0x47700);
     set_handler(SYSCALL_VECTOR, syscall_dispatch);
 }
 

@@ -3,12 +3,7 @@
 #define GUEST_X86_H
 
 #include <stdint.h>
-
-#define MSR_IA32_APIC_BASE 0x0000001B
-#define MSR_EFER           0xC0000080
-#define MSR_STAR           0xC0000081
-#define MSR_LSTAR          0xC0000082
-#define MSR_SFMASK         0xC0000084
+#include "msr.h"
 
 #define EFER_SCE (1ULL << 0)
 #define EFER_LME (1ULL << 8)

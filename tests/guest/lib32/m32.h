@@ -2,6 +2,7 @@
  * PASS/FAIL through isa-debug-exit (tests/guest/run.sh), MSR access from 32-bit code. */
 #ifndef GUEST_M32_H
 #define GUEST_M32_H
+#include "lib/msr.h" /* MSR numbers, shared with the 64-bit guests */
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
