@@ -137,6 +137,9 @@ const RING: usize = 8192;
 /// Pending blocks that make the encoder thread take a ring's lock (fewer: it leaves them for
 /// later, so it does not fight the vCPU for the lock over a handful of blocks).
 const CHUNK: usize = 512;
+/// Entries ahead of `head` whose cache line the producer takes back early
+/// (`block_ring::prefetch_for_write`).
+const PREFETCH: usize = pttrace_core::block_ring::PREFETCH_BYTES / std::mem::size_of::<usize>();
 /// How long a vCPU whose ring is full waits for the encoder thread before it runs the model
 /// itself (the encoder may not be scheduled: the host has fewer CPUs than busy threads).
 const WAIT_FOR_ENCODER: std::time::Duration = std::time::Duration::from_micros(200);
@@ -340,6 +343,7 @@ impl Shared {
         if head >= ring.room_end.load(Ordering::Relaxed) && !self.make_room(slot, head) {
             return;
         }
+        pttrace_core::block_ring::prefetch_for_write(entries.wrapping_add(head.wrapping_add(PREFETCH) % RING));
         // SAFETY: `entries` points to RING entries that are never freed; the entry at `head`
         // was consumed (`make_room`), so no consumer reads it until `head` is published.
         unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
@@ -363,6 +367,8 @@ impl Shared {
             return false;
         }
         let entries = ring.entries.load(Ordering::Relaxed);
+        // The encoder thread reads the entries: take the line back before the store needs it.
+        pttrace_core::block_ring::prefetch_for_write(entries.wrapping_add(head.wrapping_add(PREFETCH) % RING));
         // SAFETY: as in `on_block`.
         unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
         ring.head.store(head.wrapping_add(1), Ordering::Release);
