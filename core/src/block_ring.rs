@@ -170,20 +170,30 @@ impl<T: Copy> BlockRing<T> {
 
 /// How a thread that consumes rings waits between passes that found nothing to do: work may come
 /// within microseconds while a vCPU runs (a chunk is a few microseconds of guest execution), so
-/// it first spins without a system call, then sleeps 200 us at a time.
+/// it first spins without a system call for `SPIN`, then sleeps 200 us at a time.
+///
+/// The spin is bounded by time, not by a count of PAUSE instructions (whose latency ranges from
+/// ~10 to ~140 cycles across Intel parts): a spin of 200 x 200 PAUSEs kept the encoder thread on
+/// a CPU for ~2 ms after every burst of work, which on a 2-CPU host took that CPU from the
+/// guest's own threads (the corpus' 6-thread program; issue 13).
 #[derive(Default)]
 pub struct ConsumerBackoff {
-    idle: u32,
+    idle_since: Option<std::time::Instant>,
 }
 
 impl ConsumerBackoff {
+    /// How long a consumer spins after its last work before it sleeps.
+    pub const SPIN: std::time::Duration = std::time::Duration::from_micros(SPIN_US);
+
     /// After a pass over the rings; `worked`: it consumed something.
     pub fn after_pass(&mut self, worked: bool) {
         if worked {
-            self.idle = 0;
-        } else if self.idle < 200 {
-            self.idle += 1;
-            for _ in 0..200 {
+            self.idle_since = None;
+            return;
+        }
+        let since = *self.idle_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() < Self::SPIN {
+            for _ in 0..POLL_PAUSES {
                 std::hint::spin_loop();
             }
         } else {
@@ -191,6 +201,9 @@ impl ConsumerBackoff {
         }
     }
 }
+
+const SPIN_US: u64 = 200;
+const POLL_PAUSES: u32 = 128;
 
 #[cfg(test)]
 mod tests {
