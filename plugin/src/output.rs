@@ -56,7 +56,14 @@ pub enum Msg {
 struct Writer {
     tx: Sender<Msg>,
     dir: PathBuf,
+    /// code.img bytes not yet sent (`Output::send`): a short program translates a block every
+    /// few microseconds, and a message per translation woke the writer thread each time.
+    code: parking_lot::Mutex<Vec<u8>>,
 }
+
+/// code.img bytes gathered before they go to the writer on their own (they go earlier with the
+/// next stream bytes, flush, sync or close).
+const CODE_BATCH: usize = 256 * 1024;
 
 pub struct Output {
     /// The current process's writer, leaked (a forked child replaces it and never frees the
@@ -91,29 +98,57 @@ impl Output {
         &self.w().dir
     }
 
+    /// Hand `bytes` of file `key` to the writer. code.img bytes are gathered (`CODE_BATCH`) and
+    /// go to the writer before anything else sent after them, under the same lock: so the
+    /// writer still sees every code.img byte before the stream bytes that follow it (the order
+    /// a killed run's decodable prefix rests on, see the module's comment).
     pub fn send(&self, key: FileKey, bytes: Vec<u8>) {
-        if !bytes.is_empty() {
-            // The writer only stops after the channel is closed, which cannot happen while
-            // `self` is alive.
-            let _ = self.w().tx.send(Msg::Data(key, bytes));
+        if bytes.is_empty() {
+            return;
+        }
+        let w = self.w();
+        let mut code = w.code.lock();
+        if key == FileKey::Code {
+            code.extend_from_slice(&bytes);
+            if code.len() >= CODE_BATCH {
+                Self::send_code(w, &mut code);
+            }
+            return;
+        }
+        Self::send_code(w, &mut code);
+        // The writer only stops after the channel is closed, which cannot happen while `self`
+        // is alive.
+        let _ = w.tx.send(Msg::Data(key, bytes));
+    }
+
+    /// Send the gathered code.img bytes (the caller holds their lock).
+    fn send_code(w: &Writer, code: &mut Vec<u8>) {
+        if !code.is_empty() {
+            let _ = w.tx.send(Msg::Data(FileKey::Code, std::mem::take(code)));
         }
     }
 
+    /// Send `msg` after the gathered code.img bytes.
+    fn send_after_code(&self, msg: Msg) -> Result<(), crossbeam_channel::SendError<Msg>> {
+        let w = self.w();
+        let mut code = w.code.lock();
+        Self::send_code(w, &mut code);
+        w.tx.send(msg)
+    }
+
     pub fn close(&self, key: FileKey) {
-        let _ = self.w().tx.send(Msg::Close(key));
+        let _ = self.send_after_code(Msg::Close(key));
     }
 
     /// Write everything sent so far to the files (without waiting).
     pub fn flush(&self) {
-        let _ = self.w().tx.send(Msg::Flush);
+        let _ = self.send_after_code(Msg::Flush);
     }
 
     /// Wait until everything sent so far is written; returns the first write error, if any.
     pub fn sync(&self) -> Result<(), String> {
         let (ack_tx, ack_rx) = crossbeam_channel::bounded(1);
-        self.w()
-            .tx
-            .send(Msg::Sync(ack_tx))
+        self.send_after_code(Msg::Sync(ack_tx))
             .map_err(|_| "pttrace: writer thread is gone".to_string())?;
         ack_rx
             .recv()
@@ -133,7 +168,7 @@ fn spawn_writer(dir: &Path) -> std::io::Result<Writer> {
             .spawn(move || writer(d, rx))
     });
     spawned?;
-    Ok(Writer { tx, dir: dir.to_path_buf() })
+    Ok(Writer { tx, dir: dir.to_path_buf(), code: parking_lot::Mutex::new(Vec::new()) })
 }
 
 fn writer(dir: PathBuf, rx: Receiver<Msg>) {

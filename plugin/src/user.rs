@@ -66,6 +66,13 @@ struct Ring {
     /// The owner drains after every block when this is set: the internal buffer's drain
     /// follows the wall clock, whose credit must meet the blocks as they execute.
     every_block: std::sync::atomic::AtomicBool,
+    /// `head` as the encoder thread sees it: stored every PUBLISH entries (Release), on lines
+    /// of its own. The encoder polls this, not `head`: each reading from another CPU takes the
+    /// line from the owner, whose next store to it must take it back first and holds up its
+    /// later stores meanwhile (see `block_ring::prefetch_for_write`); `head` is stored at every
+    /// block, this once per PUBLISH blocks. Everyone else who runs the ring (the owner, and
+    /// other threads at exit and execve, which must see every block) reads `head`.
+    published: Padded,
     /// Entries already run through the model (stored under the `state` lock, Release: after
     /// the entries before it were read).
     tail: Padded,
@@ -80,6 +87,7 @@ impl Slot {
                 head: AtomicUsize::new(0),
                 room_end: AtomicUsize::new(0),
                 every_block: std::sync::atomic::AtomicBool::new(false),
+                published: Padded(AtomicUsize::new(0)),
                 tail: Padded(AtomicUsize::new(0)),
             },
             in_block: std::sync::atomic::AtomicBool::new(false),
@@ -99,8 +107,18 @@ impl Ring {
     /// Forget every pending block (a forked child: they are the parent's; only one thread
     /// exists there).
     fn discard(&self) {
-        for p in [&self.head, &self.room_end, &*self.tail] {
+        for p in [&self.head, &self.room_end, &*self.published, &*self.tail] {
             p.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The owner stored entry `head`: publish it (to the encoder thread, every PUBLISH entries).
+    #[inline(always)]
+    fn append_done(&self, head: usize) {
+        let next = head.wrapping_add(1);
+        self.head.store(next, Ordering::Release);
+        if next % PUBLISH == 0 {
+            self.published.store(next, Ordering::Release);
         }
     }
 
@@ -137,6 +155,11 @@ const RING: usize = 8192;
 /// Pending blocks that make the encoder thread take a ring's lock (fewer: it leaves them for
 /// later, so it does not fight the vCPU for the lock over a handful of blocks).
 const CHUNK: usize = 512;
+/// How often the owner publishes its position to the encoder thread (`Ring::published`).
+const PUBLISH: usize = 256;
+/// Entries ahead of `head` whose cache line the producer takes back early
+/// (`block_ring::prefetch_for_write`).
+const PREFETCH: usize = pttrace_core::block_ring::PREFETCH_BYTES / std::mem::size_of::<usize>();
 /// How long a vCPU whose ring is full waits for the encoder thread before it runs the model
 /// itself (the encoder may not be scheduled: the host has fewer CPUs than busy threads).
 const WAIT_FOR_ENCODER: std::time::Duration = std::time::Duration::from_micros(200);
@@ -340,10 +363,11 @@ impl Shared {
         if head >= ring.room_end.load(Ordering::Relaxed) && !self.make_room(slot, head) {
             return;
         }
+        pttrace_core::block_ring::prefetch_for_write(entries.wrapping_add(head.wrapping_add(PREFETCH) % RING));
         // SAFETY: `entries` points to RING entries that are never freed; the entry at `head`
         // was consumed (`make_room`), so no consumer reads it until `head` is published.
         unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
-        ring.head.store(head.wrapping_add(1), Ordering::Release);
+        ring.append_done(head);
         if ring.every_block.load(Ordering::Relaxed) {
             self.drain_own(slot);
         }
@@ -363,9 +387,11 @@ impl Shared {
             return false;
         }
         let entries = ring.entries.load(Ordering::Relaxed);
+        // The encoder thread reads the entries: take the line back before the store needs it.
+        pttrace_core::block_ring::prefetch_for_write(entries.wrapping_add(head.wrapping_add(PREFETCH) % RING));
         // SAFETY: as in `on_block`.
         unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
-        ring.head.store(head.wrapping_add(1), Ordering::Release);
+        ring.append_done(head);
         true
     }
 
@@ -455,9 +481,11 @@ impl Shared {
                 }
                 eligible = true;
                 let ring = &slot.ring;
-                if ring.head.load(Ordering::Relaxed).wrapping_sub(ring.tail.load(Ordering::Relaxed)) >= CHUNK {
+                // (More than RING: the owner ran the ring itself past the published position.)
+                let pending = ring.published.load(Ordering::Relaxed).wrapping_sub(ring.tail.load(Ordering::Relaxed));
+                if (CHUNK..=RING).contains(&pending) {
                     if let Some(mut state) = slot.state.try_lock() {
-                        self.drain(ring, state.as_mut());
+                        self.drain_to(ring, state.as_mut(), ring.published.load(Ordering::Acquire));
                         worked = true;
                     }
                 }
@@ -504,10 +532,15 @@ impl Shared {
     /// per call), and mark them consumed. The caller holds the slot's `state` lock; the owner
     /// may be appending meanwhile.
     fn drain(&self, ring: &Ring, v: Option<&mut VcpuTrace>) {
-        let head = ring.head.load(Ordering::Acquire);
+        self.drain_to(ring, v, ring.head.load(Ordering::Acquire));
+    }
+
+    /// `drain` up to position `head` (the encoder thread: `Ring::published`, read with Acquire;
+    /// nothing when the ring was run past it already).
+    fn drain_to(&self, ring: &Ring, v: Option<&mut VcpuTrace>, head: usize) {
         let tail = ring.tail.load(Ordering::Relaxed);
         let entries = ring.entries.load(Ordering::Relaxed);
-        if head == tail || entries.is_null() {
+        if head == tail || head.wrapping_sub(tail) > RING || entries.is_null() {
             return;
         }
         let (Some(v), false) = (v, forked_child()) else {
