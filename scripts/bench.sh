@@ -202,6 +202,7 @@ echo "  calls through a table (CALL [mem]): no plugin $(m "${cin[@]}"), Intel PT
 lscript=$(mktemp)
 cat >"$lscript" <<'GUEST'
 cd /tmp; perf record -q -e dummy:u -o d.data true >/dev/null 2>&1; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null; t1=$(cut -d' ' -f1 /proc/uptime); perf record -q -e intel_pt//u -o w.data calls 10000000 >/dev/null; t2=$(cut -d' ' -f1 /proc/uptime); perf record -q -e dummy:u -o d.data calls 10000000 >/dev/null 2>&1; t3=$(cut -d' ' -f1 /proc/uptime); perf stat -x, -o s.txt -e instructions:u,branches:u calls 10000000 >/dev/null; t4=$(cut -d' ' -f1 /proc/uptime); perf record -q -b -e instructions:u -c 100003 -o b.data calls 10000000 >/dev/null 2>&1; t5=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" -v d="$t3" -v e="$t4" -v f="$t5" 'BEGIN { printf "LINUXBENCH plain_ms=%d perf_ms=%d dummy_ms=%d stat_ms=%d lbr_ms=%d\n", (b - a) * 1000, (c - b) * 1000, (d - c) * 1000, (e - d) * 1000, (f - e) * 1000 }'
+cd /tmp; t0=$(cut -d' ' -f1 /proc/uptime); calls 10000000 >/dev/null & calls 10000000 >/dev/null; wait; t1=$(cut -d' ' -f1 /proc/uptime); perf stat -x, -o s2.txt -a -e instructions:u,branches:u sh -c 'calls 10000000 >/dev/null & calls 10000000 >/dev/null; wait'; t2=$(cut -d' ' -f1 /proc/uptime); awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "PARBENCH plain_ms=%d stat_ms=%d\n", (b - a) * 1000, (c - b) * 1000 }'
 GUEST
 # PEBS needs its own boot (`pebs=1`): the same workload plain and under precise sampling.
 pscript=$(mktemp)
@@ -217,7 +218,7 @@ GUEST
 bscript=$(mktemp)
 echo true >"$bscript"
 bootmsg() { sed -n 's/.*guest reached \/init at \([0-9.]*\) s uptime.*/\1/p' | tail -1; }
-nb=() wb=() fb=() lp=() lw=() ld=() ls=() lb=() pp=() pb=() np0=() nd0=() gp=() gw=() gd=()
+nb=() wb=() fb=() lp=() lw=() ld=() ls=() lb=() pp=() pb=() np0=() nd0=() gp=() gw=() gd=() qp=() qs=()
 for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   nout=$(LINUX_GUEST_TIMEOUT=600 bash "$top/scripts/linux-guest/run.sh" "$lscript" 2>&1 | tr -d '\r')
   nb+=("$(bootmsg <<<"$nout")")
@@ -233,6 +234,8 @@ for _ in $(seq "${BENCH_LINUX_RUNS:-1}"); do
   ld+=("$(sed -n 's/^LINUXBENCH .*dummy_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   ls+=("$(sed -n 's/^LINUXBENCH .*stat_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   lb+=("$(sed -n 's/^LINUXBENCH .*lbr_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
+  qp+=("$(sed -n 's/^PARBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
+  qs+=("$(sed -n 's/^PARBENCH .*stat_ms=\([0-9]*\).*/\1/p' <<<"$lout")")
   gout=$(LINUX_GUEST_TIMEOUT=900 bash "$top/scripts/linux-guest/run.sh" "$llscript" -plugin "$plugin" 2>&1 | tr -d '\r')
   gp+=("$(sed -n 's/^LONGBENCH plain_ms=\([0-9]*\).*/\1/p' <<<"$gout")")
   gw+=("$(sed -n 's/^LONGBENCH .*perf_ms=\([0-9]*\).*/\1/p' <<<"$gout")")
@@ -253,5 +256,6 @@ echo "  the same under perf record -e dummy:u:    $(m "${ld[@]}") ms ($(r "$(m "
 echo "  without the plugin: calls $(m "${np0[@]}") ms, under perf record -e dummy:u $(m "${nd0[@]}") ms ($(r "$(m "${nd0[@]}")" "$(m "${np0[@]}")"): perf's start-up in this TCG guest, the floor of the perf rows)"
 echo "  calls 100000000: $(m "${gp[@]}") ms; under perf record -e intel_pt//u $(m "${gw[@]}") ms ($(r "$(m "${gw[@]}")" "$(m "${gp[@]}")")); under -e dummy:u $(m "${gd[@]}") ms ($(r "$(m "${gd[@]}")" "$(m "${gp[@]}")"))"
 echo "  counting, perf stat -e instructions:u,branches:u: $(m "${ls[@]}") ms ($(r "$(m "${ls[@]}")" "$(m "${lp[@]}")"))"
+echo "  two calls 10000000 at once (one per vCPU): $(m "${qp[@]}") ms; under perf stat -a -e instructions:u,branches:u $(m "${qs[@]}") ms ($(r "$(m "${qs[@]}")" "$(m "${qp[@]}")"))"
 echo "  LBR sampling, perf record -b -e instructions:u -c 100003: $(m "${lb[@]}") ms ($(r "$(m "${lb[@]}")" "$(m "${lp[@]}")"))"
 echo "  PEBS boot (pebs=1): calls 10000000 $(m "${pp[@]}") ms; perf record -e instructions:upp -c 100003: $(m "${pb[@]}") ms ($(r "$(m "${pb[@]}")" "$(m "${pp[@]}")"))"

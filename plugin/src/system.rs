@@ -670,6 +670,9 @@ fn ends_recording(block: &SysBlock, changes_mode: bool) -> bool {
     changes_mode || block.writes_cr3 || matches!(block.last.kind, BranchKind::Far(_))
 }
 
+/// Bytes per vCPU in a scoreboard: a u64 alone on an adjacent-line pair.
+const SCOREBOARD_STRIDE: usize = 128;
+
 /// One u64 per vCPU in a QEMU scoreboard: inline operations read and write it without a
 /// callback, the plugin reads and writes it from the vCPU's own callbacks.
 struct PerVcpuU64(qemu_plugin::sys::qemu_plugin_u64);
@@ -703,10 +706,14 @@ impl PerVcpuU64 {
         Slot(base.cast::<u8>().wrapping_add(self.0.offset).cast::<u64>())
     }
 
-    /// A zeroed slot per vCPU (never freed: it lives as long as QEMU).
+    /// A zeroed slot per vCPU (never freed: it lives as long as QEMU). Each vCPU's entry on
+    /// cache lines of its own (SCOREBOARD_STRIDE): inline operations store to it at every
+    /// block, and entries of adjacent vCPUs on one line would move that line between the host
+    /// CPUs of two running vCPUs at every block (stores that must take the line back hold up
+    /// the vCPU's later stores: `block_ring::prefetch_for_write`).
     fn new() -> Self {
-        // SAFETY: plain allocation of one u64 per vCPU.
-        let score = unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(8) };
+        // SAFETY: plain allocation of one SCOREBOARD_STRIDE-byte entry per vCPU.
+        let score = unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(SCOREBOARD_STRIDE) };
         PerVcpuU64(qemu_plugin::sys::qemu_plugin_u64 { score, offset: 0 })
     }
 
