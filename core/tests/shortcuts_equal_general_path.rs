@@ -275,6 +275,44 @@ fn batch_run_equals_blocks_one_at_a_time() {
     }
 }
 
+/// A block end at `ip` (recorded blocks hold `&'static` ends).
+fn leaked_end(ip: u64, len: u8, kind: BranchKind) -> &'static BlockEnd {
+    Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string: false })))
+}
+
+/// The loop both PSB-period scenarios run in long steady stretches: a block at 0x401000 ending
+/// in a Jcc, whose taken way (0x401040) calls a function at 0x402000 that returns (a RET that
+/// compresses) to a JMP back to 0x401000.
+struct SteadyLoop {
+    jcc: &'static BlockEnd,
+    call: &'static BlockEnd,
+    ret: &'static BlockEnd,
+    jmp: &'static BlockEnd,
+}
+
+impl SteadyLoop {
+    fn new() -> Self {
+        SteadyLoop {
+            jcc: leaked_end(0x401010, 2, BranchKind::Conditional { target: 0x401040 }),
+            call: leaked_end(0x401050, 5, BranchKind::DirectCall { target: 0x402000 }),
+            ret: leaked_end(0x402008, 1, BranchKind::Return),
+            jmp: leaked_end(0x401060, 2, BranchKind::DirectJump { target: 0x401000 }),
+        }
+    }
+
+    /// The loop's head: the block that ends in the Jcc.
+    fn push_jcc(&self, blocks: &mut Vec<Recorded>) {
+        blocks.push(Recorded { pc: 0x401000, end: self.jcc, n_insns: 5 });
+    }
+
+    /// The Jcc taken: the CALL, the function up to its RET, and the JMP back.
+    fn push_call_return_jump(&self, blocks: &mut Vec<Recorded>) {
+        blocks.push(Recorded { pc: 0x401040, end: self.call, n_insns: 4 });
+        blocks.push(Recorded { pc: 0x402000, end: self.ret, n_insns: 3 });
+        blocks.push(Recorded { pc: 0x401055, end: self.jmp, n_insns: 2 });
+    }
+}
+
 #[test]
 fn batch_run_reaches_the_psb_period_inside_long_steady_runs() {
     // Long runs that only the steady loop handles (Jcc either way, direct CALL, a RET that
@@ -282,14 +320,8 @@ fn batch_run_reaches_the_psb_period_inside_long_steady_runs() {
     // 4 KiB of mostly one-byte TNT packets) is reached inside a batch, after which the batch
     // continues; PSB+ must follow the very block whose TNT packet reached it, as one block at a
     // time does.
-    let insn = |ip: u64, len: u8, kind: BranchKind| -> &'static BlockEnd {
-        Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string: false })))
-    };
-    let jcc = insn(0x401010, 2, BranchKind::Conditional { target: 0x401040 });
-    let call = insn(0x401050, 5, BranchKind::DirectCall { target: 0x402000 });
-    let ret = insn(0x402008, 1, BranchKind::Return);
-    let jmp = insn(0x401060, 2, BranchKind::DirectJump { target: 0x401000 });
-    let jmp2 = insn(0x401020, 2, BranchKind::DirectJump { target: 0x401000 });
+    let l = SteadyLoop::new();
+    let jmp2 = leaked_end(0x401020, 2, BranchKind::DirectJump { target: 0x401000 });
     for seed in 0..20u64 {
         let mut rng = Rng(5000 + seed);
         let mut ctl = RtitCtl::default();
@@ -297,11 +329,9 @@ fn batch_run_reaches_the_psb_period_inside_long_steady_runs() {
         let cfg = TraceConfig { ctl, ..TraceConfig::default() };
         let mut blocks = Vec::new();
         while blocks.len() < 400_000 {
-            blocks.push(Recorded { pc: 0x401000, end: jcc, n_insns: 5 });
+            l.push_jcc(&mut blocks);
             if rng.below(3) != 0 {
-                blocks.push(Recorded { pc: 0x401040, end: call, n_insns: 4 });
-                blocks.push(Recorded { pc: 0x402000, end: ret, n_insns: 3 });
-                blocks.push(Recorded { pc: 0x401055, end: jmp, n_insns: 2 });
+                l.push_call_return_jump(&mut blocks);
             } else {
                 blocks.push(Recorded { pc: 0x401012, end: jmp2, n_insns: 4 });
             }
@@ -707,15 +737,9 @@ fn rtit_batch_run_reaches_the_psb_period_inside_long_steady_runs() {
     // inside a batch, at a TNT packet or inside a block's TNT + TIP, and PSB must follow the
     // very packet that reached it, as one block at a time does (also in cycle-accurate mode,
     // where a full TNT with its cycle count takes 2 to 4 bytes).
-    let insn = |ip: u64, len: u8, kind: BranchKind| -> &'static BlockEnd {
-        Box::leak(Box::new(BlockEnd::new(ClassifiedInsn { ip, len, kind, rep_string: false })))
-    };
-    let jcc = insn(0x401010, 2, BranchKind::Conditional { target: 0x401040 });
-    let call = insn(0x401050, 5, BranchKind::DirectCall { target: 0x402000 });
-    let ret = insn(0x402008, 1, BranchKind::Return);
-    let jmp = insn(0x401060, 2, BranchKind::DirectJump { target: 0x401000 });
-    let ijmp = insn(0x401020, 2, BranchKind::IndirectJump);
-    let back = [insn(0x7f00_1234_0010, 2, BranchKind::IndirectJump), insn(0x1234_0010, 2, BranchKind::IndirectJump)];
+    let l = SteadyLoop::new();
+    let ijmp = leaked_end(0x401020, 2, BranchKind::IndirectJump);
+    let back = [leaked_end(0x7f00_1234_0010, 2, BranchKind::IndirectJump), leaked_end(0x1234_0010, 2, BranchKind::IndirectJump)];
     for seed in 0..16u64 {
         let mut rng = Rng(30_000 + seed);
         let mut cfg = RtitConfig::user_default();
@@ -724,19 +748,17 @@ fn rtit_batch_run_reaches_the_psb_period_inside_long_steady_runs() {
         cfg.ctl.set_cycle_acc(seed >= 8);
         let mut blocks = Vec::new();
         while blocks.len() < 400_000 {
-            blocks.push(Recorded { pc: 0x401000, end: jcc, n_insns: 5 });
+            l.push_jcc(&mut blocks);
             match rng.below(8) {
                 0 => {
                     // An indirect JMP away and back: TIPs of 6 or 4 bytes and of 2.
                     let k = rng.below(2) as usize;
                     blocks.push(Recorded { pc: 0x401012, end: ijmp, n_insns: 4 });
                     blocks.push(Recorded { pc: back[k].last.ip, end: back[k], n_insns: 1 });
-                    blocks.push(Recorded { pc: 0x401000, end: jcc, n_insns: 5 });
+                    l.push_jcc(&mut blocks);
                 }
                 1..=5 => {
-                    blocks.push(Recorded { pc: 0x401040, end: call, n_insns: 4 });
-                    blocks.push(Recorded { pc: 0x402000, end: ret, n_insns: 3 });
-                    blocks.push(Recorded { pc: 0x401055, end: jmp, n_insns: 2 });
+                    l.push_call_return_jump(&mut blocks);
                 }
                 _ => {
                     blocks.push(Recorded { pc: 0x401012, end: ijmp, n_insns: 4 });

@@ -1533,15 +1533,7 @@ impl SteadyRun<'_> {
             }
         }
         // SAFETY: the first `written` bytes of the spare capacity were initialized above.
-        unsafe { t.out.set_len(t.out.len() + written) };
-        if let Some(last) = n.checked_sub(1) {
-            self.resume_ip = blocks[last].pc();
-        }
-        self.resumes += n as u64;
-        self.tnt = tnt;
-        self.tnt_packets += written as u64;
-        self.compressed_rets += rets;
-        self.psb_room -= written as u64;
+        unsafe { self.loop_done(written, n.checked_sub(1).map(|last| blocks[last].pc()), n, tnt, rets) };
         (*prev, *clock) = (p, c);
         (n, self.psb_room == 0)
     }
@@ -1638,19 +1630,31 @@ impl SteadyRun<'_> {
                 }
             }
         };
-        // SAFETY: the first `written` bytes of the spare capacity were initialized above.
-        unsafe { t.out.set_len(t.out.len() + written) };
         let n = recs.len() - rest.as_slice().len();
-        if let Some(last) = n.checked_sub(1) {
-            self.resume_ip = recs[last].pc();
+        // SAFETY: the first `written` bytes of the spare capacity were initialized above.
+        unsafe { self.loop_done(written, n.checked_sub(1).map(|last| recs[last].pc()), n, tnt, rets) };
+        *cur = (b, delta);
+        (n, stop)
+    }
+
+    /// The end of a steady loop (`user_blocks`, `system_blocks_loop`): the `written` TNT bytes
+    /// it stored are committed to the output, and the run takes the loop's state: `n` blocks
+    /// retired, the last at `last_pc`, the pending TNT results `tnt`, `rets` compressed RETs.
+    ///
+    /// # Safety
+    /// The loop initialized the first `written` bytes of the output's spare capacity.
+    #[inline(always)]
+    unsafe fn loop_done(&mut self, written: usize, last_pc: Option<u64>, n: usize, tnt: TntBuffer, rets: u64) {
+        // SAFETY: the caller's contract.
+        unsafe { self.t.out.set_len(self.t.out.len() + written) };
+        if let Some(pc) = last_pc {
+            self.resume_ip = pc;
         }
         self.resumes += n as u64;
         self.tnt = tnt;
         self.tnt_packets += written as u64;
         self.compressed_rets += rets;
         self.psb_room -= written as u64;
-        *cur = (b, delta);
-        (n, stop)
     }
 
     /// A full short TNT (`full`, from the accumulator) goes out; false once the PSB period is
