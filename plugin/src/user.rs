@@ -499,6 +499,13 @@ impl Shared {
         }
     }
 
+    /// The slots of every vCPU started so far (`n_slots`). Only these: the table has MAX_VCPUS
+    /// slots, and walking all of them at exit touched every page of it (8 MiB, a page fault each:
+    /// 5 ms of a 36 ms run of the corpus' 6-thread program with `trace=off`).
+    fn used_slots(&self) -> &'static [Slot] {
+        &self.vcpus[..self.n_slots.load(Ordering::SeqCst).min(self.vcpus.len())]
+    }
+
     /// The owning thread runs its ring through the model and empties it.
     #[inline(never)]
     fn drain_own(&self, slot: &Slot) {
@@ -1013,7 +1020,7 @@ impl Shared {
             return;
         }
         // QEMU unregistered every callback before this one: no vCPU appends to its ring any more.
-        for slot in self.vcpus.iter() {
+        for slot in self.used_slots() {
             if let Some(v) = self.take_drained(slot) {
                 let stopped = slot.stopped_at.load(Ordering::Acquire);
                 self.finish(v, (stopped != 0).then_some(stopped));
@@ -1144,7 +1151,7 @@ impl Shared {
     /// now (TIP.PGD), and every buffered byte is written before the syscall runs. If execve
     /// fails, the thread resumes with a TIP.PGE like after any syscall.
     fn flush_for_exec(&self, vcpu: VCPUIndex) {
-        for (i, slot) in self.vcpus.iter().enumerate() {
+        for (i, slot) in self.used_slots().iter().enumerate() {
             let mut guard = slot.state.lock();
             // Other threads' blocks recorded so far go out too (they may keep running).
             self.drain(&slot.ring, guard.as_mut());
