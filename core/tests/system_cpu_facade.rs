@@ -34,6 +34,7 @@ use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_cpu::cpuid;
 use pttrace_core::system_cpu::event;
+use pttrace_core::system_cpu::output::OutputHandoff;
 use pttrace_core::system_cpu::rdmsr::{self, Fixup, Rdmsr};
 use pttrace_core::system_cpu::rdpmc::{self, Rdpmc};
 use pttrace_core::system_cpu::wrmsr::{wrmsr, Wrmsr};
@@ -76,6 +77,7 @@ struct Fake {
     tracer: Tracer,
     output: OutputUnit,
     output_active: bool,
+    handoff: OutputHandoff,
     pmu: Pmu,
     lbr: LbrStack,
     arch_lbr: ArchLbr,
@@ -106,6 +108,7 @@ impl Fake {
             tracer: Tracer::new(TraceConfig { num_ranges: caps.num_addr_ranges as usize, ..TraceConfig::default() }, Context::KERNEL64),
             output: OutputUnit::new(caps),
             output_active: false,
+            handoff: OutputHandoff::default(),
             pmu: Pmu::new(pmu),
             lbr: LbrStack::default(),
             arch_lbr: ArchLbr::new(ArchLbrCaps::SAPPHIRE_RAPIDS),
@@ -156,6 +159,7 @@ impl GuestPort for Fake {
             tracer: &mut self.tracer,
             output: &mut self.output,
             output_active: &mut self.output_active,
+            handoff: &mut self.handoff,
             pmu: &mut self.pmu,
             lbr: &mut self.lbr,
             arch_lbr: &mut self.arch_lbr,
