@@ -34,6 +34,7 @@ use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_cpu::cpuid;
 use pttrace_core::system_cpu::event;
+use pttrace_core::system_cpu::output::{self, OutputHandoff};
 use pttrace_core::system_cpu::rdmsr::{self, Fixup, Rdmsr};
 use pttrace_core::system_cpu::rdpmc::{self, Rdpmc};
 use pttrace_core::system_cpu::wrmsr::{wrmsr, Wrmsr};
@@ -76,6 +77,7 @@ struct Fake {
     tracer: Tracer,
     output: OutputUnit,
     output_active: bool,
+    handoff: OutputHandoff,
     pmu: Pmu,
     lbr: LbrStack,
     arch_lbr: ArchLbr,
@@ -106,6 +108,7 @@ impl Fake {
             tracer: Tracer::new(TraceConfig { num_ranges: caps.num_addr_ranges as usize, ..TraceConfig::default() }, Context::KERNEL64),
             output: OutputUnit::new(caps),
             output_active: false,
+            handoff: OutputHandoff::default(),
             pmu: Pmu::new(pmu),
             lbr: LbrStack::default(),
             arch_lbr: ArchLbr::new(ArchLbrCaps::SAPPHIRE_RAPIDS),
@@ -156,6 +159,7 @@ impl GuestPort for Fake {
             tracer: &mut self.tracer,
             output: &mut self.output,
             output_active: &mut self.output_active,
+            handoff: &mut self.handoff,
             pmu: &mut self.pmu,
             lbr: &mut self.lbr,
             arch_lbr: &mut self.arch_lbr,
@@ -439,6 +443,131 @@ fn a_store_that_reaches_a_reserved_topa_entry_stops_the_output_with_status_error
     assert_eq!(f.lost, generated - 0x1000);
     assert_eq!(f.msrs.read(IA32_RTIT_STATUS, &PtCaps::SKYLAKE).unwrap() & (1 << 4), 1 << 4, "IA32_RTIT_STATUS[4] Error");
     assert_eq!(f.pmu.read(IA32_PERF_GLOBAL_STATUS).unwrap() & (1 << 55), 0);
+}
+
+// The output hand-off (`system_cpu::output`) ------------------------------------------------------
+
+impl Fake {
+    /// The plugin's output step at a block boundary (`flush`: TraceEn cleared), with the host
+    /// copy into `stored`.
+    fn output_step(&mut self, flush: bool) {
+        let mut bytes = Vec::new();
+        output::output_step(self, flush, |b| bytes.extend_from_slice(b));
+        self.stored.extend(bytes);
+    }
+
+    /// The plugin's store before a trace MSR is read or written.
+    fn store_held_now(&mut self) {
+        let mut bytes = Vec::new();
+        output::store_held(self, |b| bytes.extend_from_slice(b));
+        self.stored.extend(bytes);
+    }
+}
+
+/// Tracing into the single range at `RANGE`, the enable's PSB+ stored.
+fn single_range_tracing() -> Fake {
+    let map = skylake();
+    let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);
+    with_range(&mut f, &map);
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, CTL_TRACE_OS_BRANCHES, 0x1000), Wrmsr::Pt(WriteEffect::TraceEnabled));
+    assert!(f.tracer.output().is_empty() && !f.stored.is_empty());
+    f.calls.clear();
+    f
+}
+
+#[test]
+fn a_few_bytes_stay_held_at_block_boundaries_and_reach_the_range_before_an_msr_access() {
+    let mut f = single_range_tracing();
+    let before = f.stored.len();
+    generate_until(&mut f, before + 100);
+    let held = f.tracer.output().len();
+    f.output_step(false);
+    f.output_step(false);
+    assert_eq!(f.tracer.output().len(), held, "held back, not stored");
+    assert_eq!(f.stored.len(), before, "nothing stored");
+    assert_eq!(f.mem.bytes(RANGE + before as u64, held), vec![0; held], "nothing reached the range");
+    assert_eq!(f.handoff.held_blocks(), 2);
+    f.store_held_now();
+    assert!(f.tracer.output().is_empty());
+    assert_eq!(f.stored.len(), before + held);
+    assert_eq!(f.mem.bytes(RANGE, f.stored.len()), f.stored);
+    assert_eq!(f.handoff.held_blocks(), 0);
+}
+
+#[test]
+fn a_flush_stores_the_bytes_a_block_boundary_would_hold() {
+    let mut f = single_range_tracing();
+    let before = f.stored.len();
+    generate_until(&mut f, before + 10);
+    f.output_step(true);
+    assert!(f.tracer.output().is_empty());
+    assert_eq!(f.mem.bytes(RANGE, f.stored.len()), f.stored);
+    assert!(f.stored.len() > before);
+}
+
+#[test]
+fn four_kib_held_are_stored_at_the_next_block_boundary() {
+    let mut f = single_range_tracing();
+    let before = f.stored.len();
+    generate_until(&mut f, before + output::OUTPUT_HOLD_BYTES as usize - 1);
+    f.output_step(false);
+    assert_eq!(f.stored.len(), before, "one byte short: held");
+    generate_until(&mut f, before + output::OUTPUT_HOLD_BYTES as usize);
+    let held = f.tracer.output().len();
+    f.output_step(false);
+    assert!(f.tracer.output().is_empty(), "stored");
+    assert_eq!(f.stored.len(), before + held);
+}
+
+#[test]
+fn bytes_that_would_cross_a_topa_int_region_end_are_stored_at_once_and_raise_the_pmi_at_that_boundary() {
+    // Region 0 INT = 1, region 1 STOP = 1 (4 KiB each): the quiet room is what fits in region 0.
+    let (mut f, _) = topa_tracing(&[1 << 2, 1 << 4]);
+    let before = f.stored.len(); // the enable's PSB+
+    generate_until(&mut f, 0x1000 - 1);
+    f.output_step(false);
+    assert!(f.calls.is_empty() && f.stored.len() == before, "held: still within region 0 (its last byte free)");
+    generate_until(&mut f, 0x1000 + 10);
+    f.output_step(false);
+    assert_eq!(f.calls, vec![Call::Pmi], "the ToPA PMI at the boundary the region filled at");
+    assert!(f.tracer.output().is_empty() && f.stored.len() >= 0x1000 + 10);
+    assert_eq!(f.mem.bytes(0x30000, f.stored.len()), f.stored);
+}
+
+#[test]
+fn after_an_output_error_nothing_is_stored_and_every_byte_generated_is_counted_lost() {
+    // Region 0 without INT; entry 1 with reserved bit [1] set (a ToPA error, §33.3.10).
+    let (mut f, _) = topa_tracing(&[0, 1 << 1]);
+    generate_until(&mut f, 0x1000 + 100);
+    let generated = f.stored.len() + f.tracer.output().len();
+    f.output_step(false);
+    assert!(!f.output_active, "the output unit stopped");
+    assert_eq!(f.stored.len(), 0x1000);
+    assert_eq!(f.handoff.lost_after_stop(), (generated - 0x1000) as u64, "what did not fit is lost");
+    assert!(f.tracer.output().is_empty());
+    f.tracer.branch(0x2000, 0x2002, BranchKind::IndirectJump, 0x7FFF_0000_0000);
+    assert!(f.tracer.output().is_empty(), "the error ended packet generation");
+    f.output_step(true);
+    f.store_held_now();
+    assert_eq!(f.stored.len(), 0x1000);
+}
+
+#[test]
+fn bytes_held_when_the_output_unit_stops_are_lost_at_the_next_step_even_a_flush() {
+    let mut f = single_range_tracing();
+    let before = f.stored.len();
+    generate_until(&mut f, before + 100);
+    let held = f.tracer.output().len();
+    // The output unit stopped with bytes still in the tracer (they were generated before the
+    // stop reached the output step).
+    f.output_active = false;
+    f.store_held_now();
+    assert_eq!(f.tracer.output().len(), held, "an MSR access stores nothing either");
+    f.output_step(true);
+    assert!(f.tracer.output().is_empty());
+    assert_eq!(f.handoff.lost_after_stop(), held as u64);
+    assert_eq!(f.stored.len(), before);
+    assert_eq!(f.mem.bytes(RANGE + before as u64, held), vec![0; held], "nothing written");
 }
 
 // RDMSR ------------------------------------------------------------------------------------------

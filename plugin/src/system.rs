@@ -38,6 +38,7 @@ use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
+use pttrace_core::system_cpu::output::OutputHandoff;
 use pttrace_core::system_cpu::{self, rdmsr::Rdmsr, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, MsrInsn, Reg, SystemCpu};
 use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RecordedBlock, RetireSink, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
@@ -48,17 +49,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 const MAX_VCPUS: usize = 1024;
-/// Intel PT bytes the vCPU holds back before storing them into the output region, as long as
-/// storing them later changes nothing but when they arrive (`OutputUnit::quiet_room`: no ToPA
-/// PMI, STOP, entry load or error is crossed). Storing a few bytes per block costs more than
-/// generating them. Hardware buffers packets internally as well and only guarantees them in
-/// memory once TraceEn is cleared (SDM §33.2.7); the plugin stores everything before the guest
-/// reads or writes a trace MSR and when TraceEn is cleared, so the output pointers always
-/// account for every byte generated.
-const OUTPUT_HOLD_BYTES: u64 = 4096;
-/// ... and for at most this many blocks (a few milliseconds), and never across a HLT, so a trace
-/// that grows slowly still reaches memory and the host copy at bounded intervals.
-const OUTPUT_HOLD_BLOCKS: u32 = 1 << 16;
 /// Blocks a vCPU's ring records before the vCPU runs them through the model itself (issue 13).
 const RING_BLOCKS: usize = 1024;
 /// Recorded blocks the encoder thread takes from a ring at a time (fewer: it leaves them).
@@ -521,17 +511,11 @@ struct Vcpu {
     native_leaves: NativeLeaves,
     /// Blocks since the guest TSC was last sampled (see `on_block`).
     blocks_since_tsc: u32,
-    /// Instruction count at the last drain credit (deterministic internal-buffer drain).
-    credited_insns: u64,
     /// Drain credit from the real-time drainer thread (`drain=realtime:`).
     credit: Option<pttrace_core::pt::internal_buffer::DrainCredit>,
-    /// Fraction of an RTIT drain byte carried to the next block (see `Bandwidth::bytes_for`).
-    rtit_credit: u128,
-    /// Trace bytes generated after the output stopped (ToPA STOP, output error): hardware loses
-    /// them too; counted and reported at exit.
-    lost_after_stop: u64,
-    /// Blocks since Intel PT bytes were last stored while some are held back (see `drain`).
-    held_blocks: u32,
+    /// The output hand-off (`pttrace_core::system_cpu::output`): bytes held back, lost after
+    /// STOP (reported at exit), the deterministic drain credit.
+    handoff: OutputHandoff,
     /// This vCPU's `last_started` entry, when scoreboards never move (`fixed_scoreboards`):
     /// the block callback then reads and resets it without looking the entry up.
     last_started_slot: Option<Slot>,
@@ -967,7 +951,7 @@ impl Shared {
     /// `block_output` for `blocks` blocks run without it (nothing for none).
     fn output_after(&self, v: &mut Vcpu, blocks: u32, may_store: bool) {
         if let Some(more) = blocks.checked_sub(1) {
-            v.held_blocks = v.held_blocks.saturating_add(more).min(OUTPUT_HOLD_BLOCKS);
+            v.handoff.held_for(more);
             self.block_output(v, may_store);
         }
     }
@@ -1311,11 +1295,8 @@ impl Shared {
             mode_regs: None,
             native_leaves: NativeLeaves::default(),
             blocks_since_tsc: 0,
-            credited_insns: 0,
-            rtit_credit: 0,
-            lost_after_stop: 0,
             credit: self.drainer.as_ref().map(|d| d.credit()),
-            held_blocks: 0,
+            handoff: OutputHandoff::default(),
             last_started_slot: self.fixed_scoreboards.then(|| self.last_started.slot(vcpu)),
             block_cb_flag: None,
             pebs_steps: false,
@@ -2120,15 +2101,13 @@ impl Shared {
         if let Some(c) = v.credit.as_mut() {
             v.tracer.credit_from(c);
         } else {
-            let now = self.insns.get(v.index);
-            v.tracer.credit(now.wrapping_sub(v.credited_insns));
-            v.credited_insns = now;
+            v.tracer.credit(v.handoff.insns_since_credit(self.insns.get(v.index)));
         }
     }
 
     /// Hand the generated packets to the output unit (guest memory) and the host mirror, holding
-    /// back Intel PT bytes while that cannot change anything but their own arrival (see
-    /// `OUTPUT_HOLD_BYTES`).
+    /// back Intel PT bytes while that cannot change anything but their own arrival
+    /// (`pttrace_core::system_cpu::output`).
     #[inline]
     fn drain(&self, v: &mut Vcpu) {
         // The common case at a block boundary, without a call: Intel PT alone (no drain model,
@@ -2139,20 +2118,12 @@ impl Shared {
         self.drain_or_hold(v, false);
     }
 
-    /// The Intel PT bytes generated so far stay held back for this block (`OUTPUT_HOLD_BYTES`,
-    /// `OUTPUT_HOLD_BLOCKS`, `OutputUnit::quiet_room`); nothing generated is nothing to store.
-    /// Only while the output unit runs.
+    /// The Intel PT bytes generated so far stay held back for this block
+    /// (`OutputHandoff::hold`). Only while the output unit runs.
     #[inline]
     fn hold_pt_output(v: &mut Vcpu) -> bool {
-        let held = v.tracer.output().len() as u64;
-        if held == 0 {
-            return true;
-        }
-        if held < OUTPUT_HOLD_BYTES && held <= v.output.quiet_room() && v.held_blocks < OUTPUT_HOLD_BLOCKS {
-            v.held_blocks += 1;
-            return true;
-        }
-        false
+        let output = &v.output;
+        v.handoff.hold(v.tracer.output().len() as u64, || output.quiet_room())
     }
 
     /// As `drain`, storing every byte now (TraceEn cleared).
@@ -2164,34 +2135,23 @@ impl Shared {
     /// model (which runs at block boundaries and events): before the guest reads or writes a
     /// trace MSR and at HLT.
     fn store_held(&self, v: &mut Vcpu) {
-        if !v.tracer.output().is_empty() && v.output_active {
-            self.store_output(v);
-        }
+        let mirror = self.pt_mirror(v.index);
+        system_cpu::output::store_held(&mut QemuPort::new(self, v), mirror);
     }
 
     fn drain_or_hold(&self, v: &mut Vcpu, flush: bool) {
         self.credit_drain(v);
         if let Some(r) = v.rtit.as_mut() {
             // The RTIT internal buffer goes to its output region at every block boundary, or as
-            // far as the drain bandwidth allows with buffer=/drain=; the host copy mirrors every
-            // generated byte.
+            // far as the drain bandwidth allows with buffer=/drain= (`OutputHandoff::
+            // rtit_allowance`); the host copy mirrors every generated byte.
             match self.opts.buffer {
                 None => r.drain(&mut PhysMem),
                 Some(spec) => {
-                    // Bandwidth beyond the pending bytes is lost, as for Intel PT's buffer.
-                    let allowance = match spec.drain {
-                        pttrace_core::pt::buffer_spec::DrainSpec::PerInstructions { bytes, insns } => {
-                            let now = self.insns.get(v.index);
-                            let d = now.wrapping_sub(v.credited_insns);
-                            v.credited_insns = now;
-                            pttrace_core::pt::internal_buffer::Bandwidth::new(bytes, insns)
-                                .map_or(0, |bw| bw.bytes_for(d, &mut v.rtit_credit))
-                        }
-                        pttrace_core::pt::buffer_spec::DrainSpec::RealTime { .. } => {
-                            v.credit.as_mut().map_or(0, |c| c.take())
-                        }
-                    };
-                    r.drain_up_to(&mut PhysMem, usize::try_from(allowance).unwrap_or(usize::MAX));
+                    let credit = &mut v.credit;
+                    let allowance =
+                        v.handoff.rtit_allowance(spec.drain, self.insns.get(v.index), || credit.as_mut().map_or(0, |c| c.take()));
+                    r.drain_up_to(&mut PhysMem, allowance);
                 }
             }
             if let Some(out) = &self.out {
@@ -2201,32 +2161,20 @@ impl Shared {
                 }
             }
         }
-        if v.tracer.output().is_empty() {
-            return;
-        }
-        if !v.output_active {
-            v.lost_after_stop += v.tracer.output().len() as u64;
-            v.tracer.clear_output();
-            return;
-        }
-        if !flush && Self::hold_pt_output(v) {
-            return;
-        }
-        self.store_output(v);
+        // Held, stored (the ToPA PMI, STOP and output errors) or lost after STOP:
+        // `pttrace_core::system_cpu::output::output_step`.
+        let mirror = self.pt_mirror(v.index);
+        system_cpu::output::output_step(&mut QemuPort::new(self, v), flush, mirror);
     }
 
-    /// Store the Intel PT bytes generated so far through the output unit (and the host copy).
-    fn store_output(&self, v: &mut Vcpu) {
-        v.held_blocks = 0;
-        let (out, index) = (&self.out, v.index);
-        let mirror = |bytes: &[u8]| {
-            if let Some(out) = out {
+    /// The host copy of vCPU `index`'s Intel PT stream: the bytes an output step stored.
+    #[inline]
+    fn pt_mirror(&self, index: u32) -> impl FnOnce(&[u8]) + '_ {
+        move |bytes: &[u8]| {
+            if let Some(out) = &self.out {
                 out.send(FileKey::Pt(index + 1), bytes.to_vec());
             }
-        };
-        // The ToPA PMI, STOP and output errors: `pttrace_core::system_cpu::store_output`.
-        let lost = system_cpu::store_output(&mut QemuPort::new(self, v), mirror);
-        v.lost_after_stop += lost as u64;
+        }
     }
 
     /// A PMI through the local APIC's LVT performance-counter entry (SDM §20.6.3): the DS
@@ -2522,12 +2470,12 @@ impl Shared {
                 let [w, full, bad] = v.pebs_stats;
                 eprintln!("pttrace: vCPU {} PEBS: {w} records written, {full} dropped at the absolute maximum, {bad} aimed at memory that is not RAM", v.index);
             }
-            if v.output.restricted_bytes() + v.lost_after_stop > 0 {
+            if v.output.restricted_bytes() + v.handoff.lost_after_stop() > 0 {
                 eprintln!(
                     "pttrace: vCPU {}: {} trace bytes aimed at memory that is not RAM were dropped (SDM Table 33-5), {} generated after a ToPA STOP or output error were not written",
                     v.index,
                     v.output.restricted_bytes(),
-                    v.lost_after_stop
+                    v.handoff.lost_after_stop()
                 );
             }
             if let Some(r) = v.rtit.as_ref() {
@@ -2609,6 +2557,7 @@ impl GuestPort for QemuPort<'_> {
             tracer: &mut v.tracer,
             output: &mut v.output,
             output_active: &mut v.output_active,
+            handoff: &mut v.handoff,
             pmu: &mut v.pmu,
             lbr: &mut v.lbr,
             arch_lbr: &mut v.arch_lbr,

@@ -13,11 +13,14 @@
 //!   replaced after it.
 //! - [`store_output`]: the output step's store into guest memory, with the ToPA PMI, STOP and
 //!   errors it brings.
+//! - [`output`]: the hand-off around it: Intel PT bytes held back or stored, lost after STOP, and
+//!   the internal-buffer models' drain credit.
 //! - [`rdpmc`]: RDPMC, which QEMU's TCG does not implement (it raises #UD): completed from the
 //!   PMU, or re-delivered as the #GP(0) hardware raises.
 
 pub mod cpuid;
 pub mod event;
+pub mod output;
 pub mod rdmsr;
 pub mod rdpmc;
 pub mod wrmsr;
@@ -45,6 +48,8 @@ pub struct SystemCpu<'a, M> {
     pub output: &'a mut OutputUnit,
     /// The output unit accepted the current TraceEn = 1 configuration.
     pub output_active: &'a mut bool,
+    /// What the output steps hold back, lost bytes and the drain credit.
+    pub handoff: &'a mut output::OutputHandoff,
     /// The counting PMU.
     pub pmu: &'a mut Pmu,
     /// The model-specific LBR stack.
