@@ -66,7 +66,7 @@ void test_main(void)
     uint64_t len = rdmsr(MSR_RTIT_OFFSET);
     /* Branch results not yet sent: no FUP.PGD when TriggerEn drops (§4.2.8) and the TNT buffer is
      * not drained (RTIT_TNT_BUFF keeps them, leading 1 = valid marker, Table 15). */
-    printf("TNTBUFF %lx\n", rdmsr(0x77D));
+    printf("TNTBUFF %lx\n", rdmsr(MSR_RTIT_TNT_BUFF));
     printf("RTIT: %lu bytes, STATUS %lx, LAST_LIP %lx\n", len, rdmsr(MSR_RTIT_STATUS), rdmsr(MSR_RTIT_LAST_LIP));
     ASSERT(len > 16 && len < 4096);
     ASSERT_EQ(buf[0], 0xC0); /* PSB: C0H + 8 zero bytes (Table 19 row 1, TriggerEn 0 -> 1) */

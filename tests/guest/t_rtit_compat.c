@@ -39,7 +39,7 @@ void test_main(void)
                  :: "c"(MSR_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
     compat_gdt_leave();
     uint64_t len = rdmsr(MSR_RTIT_OFFSET);
-    printf("TNTBUFF %lx\n", rdmsr(0x77D));
+    printf("TNTBUFF %lx\n", rdmsr(MSR_RTIT_TNT_BUFF));
     printf("compat trip: ecx %x (expected %x), RTIT %lu bytes\n", trip_result, TRIP_ECX, len);
     ASSERT_EQ(trip_result, TRIP_ECX);
     ASSERT(len > 16 && len < 4096);
