@@ -13,7 +13,7 @@ void m32_main(void)
 {
     puts_serial("t_m32_rtit: 32-bit protected mode, loader's GDT\n");
     m32_check_mode();
-    uint32_t ctl = m32_rtit_single_region(buf);
+    uint32_t ctl = rtit_single_region((uint32_t)buf);
     uint32_t on = ctl | ATOM_CTL_TRACE_EN | ATOM_CTL_TRACE_ACTIVE;
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
                  :: "c"(MSR_RTIT_CTL), "a"(on), "d"(0) : "memory");

@@ -23,7 +23,7 @@ void m32_main(void)
 {
     puts_serial("t_m32_trip_rtit: RTIT across real mode, 16- and 32-bit protected mode\n");
     m32_check_mode();
-    uint32_t ctl = m32_rtit_single_region(buf);
+    uint32_t ctl = rtit_single_region((uint32_t)buf);
     static const uint32_t msr[4] = { MSR_RTIT_CTL, IA32_DEBUGCTL, IA32_DEBUGCTL, MSR_RTIT_CTL };
     const uint32_t val[4] = { ctl | ATOM_CTL_TRACE_EN | ATOM_CTL_TRACE_ACTIVE, 0, 0, ctl };
     trip_setup(msr, val);
