@@ -14,13 +14,7 @@
 #define BASED_W_RESUME "bts_enable_wrmsr_b"
 #define BASED_W_END    "bts_disable_wrmsr_b"
 #include "lib32/based.h"
-
-#define DEBUGCTL_TR  (1u << 6)
-#define DEBUGCTL_BTS (1u << 7)
-
-/* The 64-bit DS format (CPUID.1:ECX.DTES64 = 1: SDM Figure 18-9). */
-struct ds_area { uint64_t bts_base, bts_index, bts_max, bts_threshold, pebs[8]; };
-struct bts_record { uint64_t from, to, flags; };
+#include "lib32/bts32.h"
 
 #define SLOTS 256
 static struct ds_area ds __attribute__((aligned(64)));
@@ -35,27 +29,13 @@ void m32_main(void)
 {
     puts_serial("t_m32_based_bts: BTS in code segments with a non-zero base\n");
     m32_check_mode();
-    uint32_t ecx;
-    asm volatile("cpuid" : "=c"(ecx) : "a"(1), "c"(0) : "ebx", "edx");
-    CHECK(ecx & (1u << 2)); /* DTES64 */
+    m32_bts_check_dtes64();
     static const uint32_t msr[4] = { IA32_DEBUGCTL, IA32_DEBUGCTL, IA32_DEBUGCTL, IA32_DEBUGCTL };
     static const uint32_t val[4] = { DEBUGCTL_TR | DEBUGCTL_BTS, 0, DEBUGCTL_TR | DEBUGCTL_BTS, 0 };
     based_setup(msr, val, 0);
-    ds.bts_base = ds.bts_index = (uint32_t)rec;
-    ds.bts_max = (uint32_t)rec + SLOTS * sizeof(struct bts_record);
-    ds.bts_threshold = ds.bts_max + sizeof(struct bts_record);
-    wrmsr(IA32_DS_AREA, (uint32_t)&ds);
-    based_trip();
-    puts_serial("trip BX "); put_hex(based_bx); putc_serial('\n');
-    CHECK(based_bx == BASED_EXPECTED_BX);
-    uint32_t n = (uint32_t)(ds.bts_index - ds.bts_base) / sizeof(struct bts_record);
-    puts_serial("BTS records: "); put_hex(n); putc_serial('\n');
-    for (uint32_t i = 0; i < n && i < SLOTS; i++) {
-        puts_serial("BTSLOG "); put_hex(i); putc_serial(' ');
-        put_hex(rec[i].from); putc_serial(' ');
-        put_hex(rec[i].to); putc_serial(' ');
-        put_hex(rec[i].flags); putc_serial('\n');
-    }
+    m32_bts_setup(&ds, rec, SLOTS);
+    based_run();
+    uint32_t n = m32_bts_log(&ds, rec, SLOTS);
     CHECK(n == EXPECTED_RECORDS);
     /* The far transfers, indirect JMPs and INT/IRET, in order (linear FROM, TO). */
 #define PART(p)                                                                                   \
@@ -68,7 +48,7 @@ void m32_main(void)
         { (uint32_t)bp_jmp16, (uint32_t)bp_ind16, p " jmp *%ax in 20H" },                          \
         { (uint32_t)bp_lret, (uint32_t)bp_ret32, p " P3 lretl 16 -> 32 (18H)" },                   \
         { (uint32_t)bp_ljmp2, (uint32_t)bp_flat, p " P4 ljmp 18H -> flat" }
-    const struct { uint32_t from, to; const char *what; } want[] = {
+    const struct bts_want want[] = {
         PART("paging off:"),
         PART("paging on:"),
         { (uint32_t)r_ljmp1, (uint32_t)r32, "R1 ljmp flat -> 18H" },
@@ -77,15 +57,6 @@ void m32_main(void)
         { (uint32_t)r_jmp2, (uint32_t)rs_ind, "jmp *%eax in real mode, CS base 10000H" },
         { (uint32_t)r_ljmp3, (uint32_t)r_back, "R3 ljmp -> flat" },
     };
-    uint32_t k = 0;
-    for (uint32_t w = 0; w < sizeof(want) / sizeof(want[0]); w++) {
-        while (k < n && !(rec[k].from == want[w].from && rec[k].to == want[w].to))
-            k++;
-        puts_serial("  "); puts_serial(want[w].what); puts_serial(": ");
-        put_hex(want[w].from); puts_serial(" -> "); put_hex(want[w].to);
-        puts_serial(k < n ? " found\n" : " MISSING\n");
-        CHECK(k < n);
-        k++;
-    }
+    m32_bts_find_in_order(rec, n, want, sizeof(want) / sizeof(want[0]));
     m32_exit(1);
 }

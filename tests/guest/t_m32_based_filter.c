@@ -29,11 +29,8 @@
 #define BASED_W_RESUME "pt_filter_resume_wrmsr"
 #define BASED_W_END    "pt_filter_disable_wrmsr"
 #include "lib32/based.h"
+#include "lib32/pt32.h"
 
-#define RTIT_CTL_TRACEEN   (1u << 0)
-#define RTIT_CTL_OS        (1u << 2)
-#define RTIT_CTL_USER      (1u << 3)
-#define RTIT_CTL_BRANCHEN  (1u << 13)
 #define RTIT_CTL_ADDR0_CFG_FILTER_HI 1u /* IA32_RTIT_CTL[35:32] ADDR0_CFG = 1 (EDX bits 3:0) */
 
 static uint8_t buf[4096] __attribute__((aligned(4096)));
@@ -51,18 +48,11 @@ void m32_main(void)
     static const uint32_t msr[4] = { IA32_RTIT_CTL, IA32_RTIT_CTL, IA32_RTIT_CTL, IA32_RTIT_CTL };
     const uint32_t val[4] = { ctl | RTIT_CTL_TRACEEN, ctl, ctl | RTIT_CTL_TRACEEN, ctl };
     based_setup(msr, val, RTIT_CTL_ADDR0_CFG_FILTER_HI);
-    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint32_t)buf);
-    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(IA32_RTIT_STATUS, 0);
+    m32_pt_single_range(buf);
     wrmsr(IA32_RTIT_ADDR0_A, (uint32_t)bp_s32 - BASED_B32);
     wrmsr(IA32_RTIT_ADDR0_B, (uint32_t)based16_start - BASED_B32 - 1);
-    based_trip();
-    puts_serial("trip BX "); put_hex(based_bx); putc_serial('\n');
-    CHECK(based_bx == BASED_EXPECTED_BX);
-    uint32_t len = (uint32_t)(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32);
-    puts_serial("single range: "); put_hex(len); puts_serial(" bytes\n");
-    CHECK(len > 16 && len < 4096);
-    CHECK((rdmsr(IA32_RTIT_STATUS) & 0x30) == 0);
+    based_run();
+    uint32_t len = m32_pt_written();
     /* More than the PSB+ of the enable and of the resume (16 bytes each without TSC): the
      * payloads themselves are checked by the host. */
     CHECK(len > 2 * 16 + 8);

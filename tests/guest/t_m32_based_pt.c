@@ -24,11 +24,7 @@
 #define BASED_W_RESUME "pt_resume_wrmsr"
 #define BASED_W_END    "pt_disable_wrmsr"
 #include "lib32/based.h"
-
-#define RTIT_CTL_TRACEEN   (1u << 0)
-#define RTIT_CTL_OS        (1u << 2)
-#define RTIT_CTL_USER      (1u << 3)
-#define RTIT_CTL_BRANCHEN  (1u << 13)
+#include "lib32/pt32.h"
 
 static uint8_t buf[4096] __attribute__((aligned(4096)));
 
@@ -43,17 +39,8 @@ void m32_main(void)
     static const uint32_t msr[4] = { IA32_RTIT_CTL, IA32_RTIT_CTL, IA32_RTIT_CTL, IA32_RTIT_CTL };
     const uint32_t val[4] = { ctl | RTIT_CTL_TRACEEN, ctl, ctl | RTIT_CTL_TRACEEN, ctl };
     based_setup(msr, val, 0);
-    wrmsr(IA32_RTIT_OUTPUT_BASE, (uint32_t)buf);
-    wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0xFFF);
-    wrmsr(IA32_RTIT_STATUS, 0);
-    based_trip();
-    puts_serial("trip BX "); put_hex(based_bx); putc_serial('\n');
-    CHECK(based_bx == BASED_EXPECTED_BX);
-    uint32_t len = (uint32_t)(rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS) >> 32);
-    puts_serial("single range: "); put_hex(len); puts_serial(" bytes\n");
-    CHECK(len > 16 && len < 4096);
-    CHECK(buf[len - 1] == 0x01); /* TIP.PGD, IP suppressed */
-    CHECK((rdmsr(IA32_RTIT_STATUS) & 0x30) == 0);
-    hex_dump("PTDUMP ", buf, len);
+    m32_pt_single_range(buf);
+    based_run();
+    m32_pt_check_dump(buf);
     m32_exit(1);
 }

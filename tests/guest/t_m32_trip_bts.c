@@ -16,13 +16,7 @@
 #define TRIP_W_RESUME "bts_enable_wrmsr_b"
 #define TRIP_W_END    "bts_disable_wrmsr_b"
 #include "lib32/trip.h"
-
-#define DEBUGCTL_TR  (1u << 6)
-#define DEBUGCTL_BTS (1u << 7)
-
-/* The 64-bit DS format (CPUID.1:ECX.DTES64 = 1: SDM Figure 18-9). */
-struct ds_area { uint64_t bts_base, bts_index, bts_max, bts_threshold, pebs[8]; };
-struct bts_record { uint64_t from, to, flags; };
+#include "lib32/bts32.h"
 
 #define SLOTS 256
 static struct ds_area ds __attribute__((aligned(64)));
@@ -36,30 +30,16 @@ void m32_main(void)
 {
     puts_serial("t_m32_trip_bts: BTS across real mode, 16- and 32-bit protected mode\n");
     m32_check_mode();
-    uint32_t ecx;
-    asm volatile("cpuid" : "=c"(ecx) : "a"(1), "c"(0) : "ebx", "edx");
-    CHECK(ecx & (1u << 2)); /* DTES64 */
+    m32_bts_check_dtes64();
     static const uint32_t msr[4] = { IA32_DEBUGCTL, IA32_DEBUGCTL, IA32_DEBUGCTL, IA32_DEBUGCTL };
     static const uint32_t val[4] = { DEBUGCTL_TR | DEBUGCTL_BTS, 0, DEBUGCTL_TR | DEBUGCTL_BTS, 0 };
     trip_setup(msr, val);
-    ds.bts_base = ds.bts_index = (uint32_t)rec;
-    ds.bts_max = (uint32_t)rec + SLOTS * sizeof(struct bts_record);
-    ds.bts_threshold = ds.bts_max + sizeof(struct bts_record);
-    wrmsr(IA32_DS_AREA, (uint32_t)&ds);
-    trip();
-    puts_serial("trip BX "); put_hex(trip_bx); putc_serial('\n');
-    CHECK(trip_bx == TRIP_EXPECTED_BX);
-    uint32_t n = (uint32_t)(ds.bts_index - ds.bts_base) / sizeof(struct bts_record);
-    puts_serial("BTS records: "); put_hex(n); putc_serial('\n');
-    for (uint32_t i = 0; i < n && i < SLOTS; i++) {
-        puts_serial("BTSLOG "); put_hex(i); putc_serial(' ');
-        put_hex(rec[i].from); putc_serial(' ');
-        put_hex(rec[i].to); putc_serial(' ');
-        put_hex(rec[i].flags); putc_serial('\n');
-    }
+    m32_bts_setup(&ds, rec, SLOTS);
+    trip_run();
+    uint32_t n = m32_bts_log(&ds, rec, SLOTS);
     CHECK(n == EXPECTED_RECORDS);
     /* The far transfers and the calls around the rewrite, in order (linear FROM, TO). */
-    const struct { uint32_t from, to; const char *what; } want[] = {
+    const struct bts_want want[] = {
         { (uint32_t)trip_ljmp_a1, low(a16), "A1 ljmp 32 -> 16-bit PM (loader's 18H)" },
         { low(a16), low(f16), "call rel16 in 16-bit PM (3 bytes)" },
         { low(trip_ljmp_a2), low(real), "A2 ljmp into real mode" },
@@ -78,15 +58,6 @@ void m32_main(void)
         { (uint32_t)trip_iretl_b6, low(d16), "B6 iretl 32 -> 16" },
         { low(trip_iretl_b7), (uint32_t)b_iret_back, "B7 iretl 16 -> 32" },
     };
-    uint32_t k = 0;
-    for (uint32_t w = 0; w < sizeof(want) / sizeof(want[0]); w++) {
-        while (k < n && !(rec[k].from == want[w].from && rec[k].to == want[w].to))
-            k++;
-        puts_serial("  "); puts_serial(want[w].what); puts_serial(": ");
-        put_hex(want[w].from); puts_serial(" -> "); put_hex(want[w].to);
-        puts_serial(k < n ? " found\n" : " MISSING\n");
-        CHECK(k < n);
-        k++;
-    }
+    m32_bts_find_in_order(rec, n, want, sizeof(want) / sizeof(want[0]));
     m32_exit(1);
 }

@@ -15,12 +15,7 @@
 #define TRIP_W_RESUME "trip_no_resume"
 #define TRIP_W_END    "pt_disable_wrmsr"
 #include "lib32/trip.h"
-
-#define ATOM_CTL_TRACE_EN     (1u << 0)
-#define ATOM_CTL_OS           (1u << 2)
-#define ATOM_CTL_USER         (1u << 3)
-#define ATOM_CTL_CMPRS_RET    (1u << 11)
-#define ATOM_CTL_TRACE_ACTIVE (1u << 13)
+#include "lib32/rtit32.h"
 
 static uint8_t buf[4096] __attribute__((aligned(4096)));
 
@@ -28,23 +23,11 @@ void m32_main(void)
 {
     puts_serial("t_m32_trip_rtit: RTIT across real mode, 16- and 32-bit protected mode\n");
     m32_check_mode();
-    (void)rdmsr(MSR_RTIT_CTL); /* §3.3.1: MSR_RTIT_CTL is read first */
-    wrmsr(MSR_RTIT_BASE_ADDR, (uint32_t)buf);
-    wrmsr(MSR_RTIT_LIMIT_MASK, 0xFFF);
-    wrmsr(MSR_RTIT_OFFSET, 0);
-    wrmsr(MSR_RTIT_EVENTS, 7 | (6 << 3)); /* FilterEn: always on; TraceStop: always off */
-    uint32_t ctl = ATOM_CTL_OS | ATOM_CTL_USER | ATOM_CTL_CMPRS_RET;
-    wrmsr(MSR_RTIT_CTL, ctl);
+    uint32_t ctl = rtit_single_region((uint32_t)buf);
     static const uint32_t msr[4] = { MSR_RTIT_CTL, IA32_DEBUGCTL, IA32_DEBUGCTL, MSR_RTIT_CTL };
     const uint32_t val[4] = { ctl | ATOM_CTL_TRACE_EN | ATOM_CTL_TRACE_ACTIVE, 0, 0, ctl };
     trip_setup(msr, val);
-    trip();
-    puts_serial("trip BX "); put_hex(trip_bx); putc_serial('\n');
-    CHECK(trip_bx == TRIP_EXPECTED_BX);
-    uint32_t len = (uint32_t)rdmsr(MSR_RTIT_OFFSET);
-    puts_serial("TNTBUFF "); put_hex(rdmsr(0x77D)); putc_serial('\n');
-    puts_serial("RTIT: "); put_hex(len); puts_serial(" bytes\n");
-    CHECK(len > 16 && len < 4096);
-    hex_dump("PTDUMP ", buf, len);
+    trip_run();
+    m32_rtit_check_dump(buf);
     m32_exit(1);
 }

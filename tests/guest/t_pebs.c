@@ -14,9 +14,6 @@
  * (k = 1, 2, ...) comes from event k(P + 1): `inc` number k(P + 1) - 1. */
 #include "pebs.h"
 
-#define OVF_BUFFER (1ull << 62)
-#define CTR_FRZ    (1ull << 59)
-
 #define P        5ull                 /* sampling period - 1: overflow after P events */
 #define RESET    ((1ull << 48) - P)
 #define REC      200
@@ -27,40 +24,9 @@ _Static_assert(sizeof(struct pebs_rec) == REC, "format 3 record");
 
 static struct ds64 ds __attribute__((aligned(64)));
 static uint8_t pebs_buf[(SLOTS + 2) * REC] __attribute__((aligned(64)));
-uint64_t pebs_rsp;
 
 /* pebs_run(): known registers, enable (GLOBAL_CTRL = 1), 38 x inc %r12, xor, disable. */
-extern void pebs_run(void);
-extern char pebs_incs[];
-asm(".text\n"
-    ".globl pebs_run, pebs_incs\n"
-    "pebs_run:\n"
-    "  push %rbx; push %rbp; push %r12; push %r13; push %r14; push %r15\n"
-    "  mov $0xB0B0, %ebx\n"
-    "  mov $0x5151, %esi\n"
-    "  mov $0xD1D1, %edi\n"
-    "  mov $0xBEBE, %ebp\n"
-    "  mov $0x8888, %r8d\n"
-    "  mov $0x9999, %r9d\n"
-    "  mov $0xAAAA, %r10d\n"
-    "  mov $0xBBBB, %r11d\n"
-    "  xor %r12d, %r12d\n"
-    "  mov $0xDDDD, %r13d\n"
-    "  mov $0xEEEE, %r14d\n"
-    "  mov $0xFFFF, %r15d\n"
-    "  mov %rsp, pebs_rsp(%rip)\n"
-    "  mov $0x38f, %ecx\n"
-    "  mov $1, %eax\n"
-    "  xor %edx, %edx\n"
-    "  wrmsr\n"
-    "pebs_incs:\n"
-    "  .rept 38\n"
-    "  inc %r12\n"
-    "  .endr\n"
-    "  xor %eax, %eax\n"
-    "  wrmsr\n"
-    "  pop %r15; pop %r14; pop %r13; pop %r12; pop %rbp; pop %rbx\n"
-    "  ret\n");
+PEBS_RUN_ASM("", "$1", "");
 
 static volatile uint64_t pmis, pmi_status;
 
@@ -75,17 +41,11 @@ static void pmi_handler(struct trap_frame *f)
 
 static void setup(uint64_t base, uint64_t max_records, uint64_t thr_records)
 {
-    wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
-    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, rdmsr(IA32_PERF_GLOBAL_STATUS));
-    memset(pebs_buf, 0xA5, sizeof pebs_buf);
-    memset(&ds, 0, sizeof ds);
-    ds.pebs_base = ds.pebs_index = base;
-    ds.pebs_max = base + max_records * REC;
-    ds.pebs_thr = base + thr_records * REC;
+    pebs_ds_setup(&ds, pebs_buf, sizeof pebs_buf, base, REC, max_records, thr_records);
     ds.reset[0] = RESET;
     wrmsr(IA32_DS_AREA, (uint64_t)&ds);
     wrmsr(IA32_A_PMC0, RESET);
-    wrmsr(IA32_PERFEVTSEL0, 0xC0 | (1ull << 17) | (1ull << 22)); /* INST_RETIRED.ANY_P, OS, EN */
+    wrmsr(IA32_PERFEVTSEL0, PEBS_EVTSEL_INST_RETIRED);
     wrmsr(IA32_PEBS_ENABLE, 1);
 }
 
@@ -98,37 +58,13 @@ static void check_record(uint64_t k, const struct pebs_rec *prev)
     printf("record %lu: ip %lx eventing_ip %lx r12 %lu applicable %lx tsc %lx\n", k, r->ip, r->eventing_ip,
            r->r12, r->applicable, r->tsc);
     ASSERT_EQ(r->eventing_ip, eventing);   /* the instruction after the overflowing one */
-    ASSERT_EQ(r->ip, eventing + 3);        /* trap-like: the next instruction */
-    ASSERT_EQ(r->r12, inc);                /* registers after the triggering instruction */
-    ASSERT_EQ(r->ax, 1);
-    ASSERT_EQ(r->bx, 0xB0B0);
-    ASSERT_EQ(r->cx, 0x38F);
-    ASSERT_EQ(r->dx, 0);
-    ASSERT_EQ(r->si, 0x5151);
-    ASSERT_EQ(r->di, 0xD1D1);
-    ASSERT_EQ(r->bp, 0xBEBE);
-    ASSERT_EQ(r->sp, pebs_rsp);
-    ASSERT_EQ(r->r8, 0x8888);
-    ASSERT_EQ(r->r9, 0x9999);
-    ASSERT_EQ(r->r10, 0xAAAA);
-    ASSERT_EQ(r->r11, 0xBBBB);
-    ASSERT_EQ(r->r13, 0xDDDD);
-    ASSERT_EQ(r->r14, 0xEEEE);
-    ASSERT_EQ(r->r15, 0xFFFF);
+    pebs_check_regs((const struct pebs_rec_fmt0 *)r, eventing + 3, inc, 1);
     ASSERT_EQ(r->flags & 0x2, 0x2);        /* RFLAGS bit 1 */
     ASSERT_EQ(r->applicable, 1);           /* PMC0 */
     ASSERT_EQ(r->dla | r->dse | r->lat | r->tsx, 0);
     ASSERT(r->tsc != 0);
     if (prev)
         ASSERT(r->tsc > prev->tsc);
-}
-
-static int untouched(uint64_t from, uint64_t to)
-{
-    for (uint64_t i = from; i < to; i++)
-        if (pebs_buf[i] != 0xA5)
-            return 0;
-    return 1;
 }
 
 void test_main(void)
@@ -171,7 +107,7 @@ void test_main(void)
     ASSERT_EQ(ds.pebs_index, base + 4 * REC);
     for (uint64_t k = 1; k <= 4; k++)
         check_record(k, k > 1 ? (const struct pebs_rec *)(pebs_buf + (k - 2) * REC) : 0);
-    ASSERT(untouched(4 * REC, sizeof pebs_buf));          /* nothing at or past the maximum */
+    ASSERT(pebs_untouched(pebs_buf, 4 * REC, sizeof pebs_buf));          /* nothing at or past the maximum */
     ASSERT_EQ(pmis, 0);
     ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS) & OVF_BUFFER, 0);
     /* The 6th trigger (event 36) reloaded the counter: events 37..40 follow. */
@@ -192,7 +128,7 @@ void test_main(void)
     ASSERT_EQ(ds.pebs_index, base + 3 * REC);
     for (uint64_t k = 1; k <= 3; k++)
         check_record(k, k > 1 ? (const struct pebs_rec *)(pebs_buf + (k - 2) * REC) : 0);
-    ASSERT(untouched(3 * REC, sizeof pebs_buf));
+    ASSERT(pebs_untouched(pebs_buf, 3 * REC, sizeof pebs_buf));
     /* Frozen right after the third record (event 18): the counter holds the reset value. */
     ASSERT_EQ(rdmsr(IA32_PMC0), RESET);
     wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, status);
@@ -202,7 +138,7 @@ void test_main(void)
     setup(0x7FFF00000000ull, 4, 2);
     pebs_run();
     ASSERT_EQ(ds.pebs_index, 0x7FFF00000000ull);
-    ASSERT(untouched(0, sizeof pebs_buf));
+    ASSERT(pebs_untouched(pebs_buf, 0, sizeof pebs_buf));
     wrmsr(IA32_PEBS_ENABLE, 0);
     wrmsr(IA32_PERFEVTSEL0, 0);
     wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, rdmsr(IA32_PERF_GLOBAL_STATUS));

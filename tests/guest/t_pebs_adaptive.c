@@ -13,10 +13,8 @@
  * k(P + 1): EventingIP = `inc` number k(P + 1) - 1, the GPR group's IP the next instruction
  * (trap-like), R12 = k(P + 1) - 1. The basic group's IP is the EventingIP (Linux: "The ip in
  * basic is EventingIP"), the GPR group's IP the next instruction. */
-#include "guest.h"
+#include "pebs.h"
 
-#define OVF_BUFFER (1ull << 62)
-#define CTR_FRZ    (1ull << 59)
 #define ADAPTIVE   (1ull << 34)        /* IA32_PERFEVTSELx.Adaptive_Record */
 #define FC0_ADAPTIVE (1ull << 32)      /* IA32_FIXED_CTR_CTRL.FC0_Adaptive_Record */
 
@@ -30,15 +28,15 @@
 #define RESET    ((1ull << 48) - P)
 #define BUF      8192
 
-struct ds64 {
+struct ds64_fmt4 {                    /* the DS area with 8 GP counters */
     uint64_t bts_base, bts_index, bts_max, bts_thr;
     uint64_t pebs_base, pebs_index, pebs_max, pebs_thr;
     uint64_t reset[8];                 /* GP counters: DS + 40H + 8n */
     uint64_t fixed_reset[4];           /* fixed counters: DS + 80H + 8i (format 4) */
 };
-_Static_assert(__builtin_offsetof(struct ds64, fixed_reset) == 0x80, "fixed counter reset fields");
+_Static_assert(__builtin_offsetof(struct ds64_fmt4, fixed_reset) == 0x80, "fixed counter reset fields");
 
-static struct ds64 ds __attribute__((aligned(64)));
+static struct ds64_fmt4 ds __attribute__((aligned(64)));
 static uint8_t pebs_buf[BUF] __attribute__((aligned(64)));
 uint64_t ad_rsp, ad_debugctl;
 uint8_t ad_xmm_vals[256] __attribute__((aligned(16)));
@@ -85,19 +83,7 @@ asm(".text\n"
     "  movdqu 208(%rax), %xmm13\n"
     "  movdqu 224(%rax), %xmm14\n"
     "  movdqu 240(%rax), %xmm15\n"
-    "  mov $0xB0B0, %ebx\n"
-    "  mov $0x5151, %esi\n"
-    "  mov $0xD1D1, %edi\n"
-    "  mov $0xBEBE, %ebp\n"
-    "  mov $0x8888, %r8d\n"
-    "  mov $0x9999, %r9d\n"
-    "  mov $0xAAAA, %r10d\n"
-    "  mov $0xBBBB, %r11d\n"
-    "  xor %r12d, %r12d\n"
-    "  mov $0xDDDD, %r13d\n"
-    "  mov $0xEEEE, %r14d\n"
-    "  mov $0xFFFF, %r15d\n"
-    "  mov %rsp, ad_rsp(%rip)\n"
+    PEBS_KNOWN_GPRS_ASM("ad_rsp")
     "  mov $0x38f, %ecx\n"
     "  mov $1, %eax\n"
     "  mov $1, %edx\n"
@@ -147,7 +133,7 @@ static void setup(int fixed, int adaptive, uint64_t cfg, uint64_t size, uint64_t
     wrmsr(IA32_PERFEVTSEL0, 0);
     wrmsr(IA32_FIXED_CTR_CTRL, 0);
     wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, rdmsr(IA32_PERF_GLOBAL_STATUS));
-    memset(pebs_buf, 0xA5, sizeof pebs_buf);
+    memset(pebs_buf, PEBS_FILL, sizeof pebs_buf);
     memset(&ds, 0, sizeof ds);
     ds.pebs_base = ds.pebs_index = (uint64_t)pebs_buf;
     ds.pebs_max = ds.pebs_base + max_records * size;
@@ -163,7 +149,7 @@ static void setup(int fixed, int adaptive, uint64_t cfg, uint64_t size, uint64_t
     } else {
         ds.reset[0] = RESET;
         wrmsr(IA32_A_PMC0, RESET);
-        wrmsr(IA32_PERFEVTSEL0, 0xC0 | (1ull << 17) | (1ull << 22) | (adaptive ? ADAPTIVE : 0)); /* INST_RETIRED.ANY_P, OS, EN */
+        wrmsr(IA32_PERFEVTSEL0, PEBS_EVTSEL_INST_RETIRED | (adaptive ? ADAPTIVE : 0));
         wrmsr(IA32_PEBS_ENABLE, 1);
     }
 }
@@ -173,14 +159,6 @@ static uint64_t q(const uint8_t *p, uint64_t off)
     uint64_t v;
     memcpy(&v, p + off, 8);
     return v;
-}
-
-static int untouched(uint64_t from, uint64_t to)
-{
-    for (uint64_t i = from; i < to; i++)
-        if (pebs_buf[i] != 0xA5)
-            return 0;
-    return 1;
 }
 
 /* Records 1..n of a run, field by field; `groups` is the record format the records must carry
@@ -249,7 +227,7 @@ static void check_records(const char *what, uint64_t n, uint64_t groups, uint64_
         }
         ASSERT_EQ(off, size);
     }
-    ASSERT(untouched(n * size, sizeof pebs_buf));
+    ASSERT(pebs_untouched(pebs_buf, n * size, sizeof pebs_buf));
 }
 
 static void run(uint64_t debugctl)

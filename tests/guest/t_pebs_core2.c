@@ -18,9 +18,7 @@
  * Counting convention (as t_pebs): the enabling WRMSR is event 1, `inc %r12` number j is event
  * j + 1. The counter starts at 2^40 - P (overflow at event P, record at P + 1); after each
  * record it is reloaded with 2^40 - Q, so record k comes from event (P + 1) + (k - 1)(Q + 1). */
-#include "guest.h"
-
-#define OVF_BUFFER (1ull << 62)
+#include "pebs.h"
 
 #define WIDTH    40
 #define P        5ull                 /* first overflow after P events */
@@ -32,59 +30,20 @@
 /* 38 incs: events 2..39, the XOR after them is event 40; records at events 6, 10, ..., 38. */
 #define N_RECORDS 9
 
-struct ds64 {
-    uint64_t bts_base, bts_index, bts_max, bts_thr;
-    uint64_t pebs_base, pebs_index, pebs_max, pebs_thr;
-    uint64_t reset[4];
-};
-
-struct pebs_rec {                     /* format 0, Intel Core: 144 bytes */
-    uint64_t flags, ip, ax, bx, cx, dx, si, di, bp, sp, r8, r9, r10, r11, r12, r13, r14, r15;
-};
-_Static_assert(sizeof(struct pebs_rec) == REC, "Core record");
+_Static_assert(sizeof(struct pebs_rec_fmt0) == REC, "Core record");
 
 static struct ds64 ds __attribute__((aligned(64)));
 static uint8_t pebs_buf[(SLOTS + 2) * REC] __attribute__((aligned(64)));
-uint64_t pebs_rsp;
 uint8_t pebs_sti;                     /* run the incs with RFLAGS.IF = 1 */
-
-extern void pebs_run(void);
-extern char pebs_incs[];
-asm(".text\n"
-    ".globl pebs_run, pebs_incs\n"
-    "pebs_run:\n"
-    "  push %rbx; push %rbp; push %r12; push %r13; push %r14; push %r15\n"
-    "  mov $0xB0B0, %ebx\n"
-    "  mov $0x5151, %esi\n"
-    "  mov $0xD1D1, %edi\n"
-    "  mov $0xBEBE, %ebp\n"
-    "  mov $0x8888, %r8d\n"
-    "  mov $0x9999, %r9d\n"
-    "  mov $0xAAAA, %r10d\n"
-    "  mov $0xBBBB, %r11d\n"
-    "  xor %r12d, %r12d\n"
-    "  mov $0xDDDD, %r13d\n"
-    "  mov $0xEEEE, %r14d\n"
-    "  mov $0xFFFF, %r15d\n"
-    "  mov %rsp, pebs_rsp(%rip)\n"
-    "  cmpb $0, pebs_sti(%rip)\n"
-    "  je 1f\n"
-    "  sti\n"
-    "1:\n"
-    "  mov $0x38f, %ecx\n"
-    "  mov pebs_ctrl(%rip), %eax\n"
-    "  xor %edx, %edx\n"
-    "  wrmsr\n"
-    "pebs_incs:\n"
-    "  .rept 38\n"
-    "  inc %r12\n"
-    "  .endr\n"
-    "  xor %eax, %eax\n"
-    "  wrmsr\n"
-    "  cli\n"
-    "  pop %r15; pop %r14; pop %r13; pop %r12; pop %rbp; pop %rbx\n"
-    "  ret\n");
 uint32_t pebs_ctrl;
+
+/* pebs_run(): known registers, RFLAGS.IF := 1 if pebs_sti, enable (GLOBAL_CTRL = pebs_ctrl),
+ * 38 x inc %r12, xor, disable, RFLAGS.IF := 0. */
+PEBS_RUN_ASM("  cmpb $0, pebs_sti(%rip)\n"
+             "  je 1f\n"
+             "  sti\n"
+             "1:\n",
+             "pebs_ctrl(%rip)", "  cli\n");
 
 /* The DS interrupt handler of seed 001 §9.2.2 (PEBS buffer reached the threshold): note the
  * status and the records, reset the PEBS index to the base, clear OvfBuffer and PMC0's overflow
@@ -100,80 +59,36 @@ static void pmi_handler(struct trap_frame *f)
     pmi_status = rdmsr(IA32_PERF_GLOBAL_STATUS);
     pmi_ctrl = rdmsr(IA32_PERF_GLOBAL_CTRL);
     pmi_index = ds.pebs_index;
-    if (pmi_status & OVF_BUFFER) {
-        memcpy(saved, pebs_buf, ds.pebs_index - ds.pebs_base);
-        ds.pebs_index = ds.pebs_base;
-        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, OVF_BUFFER | 1);
-    }
+    if (pmi_status & OVF_BUFFER)
+        pebs_drain(&ds, pebs_buf, saved, 1);
     lapic_write(LAPIC_LVT_PERF, 0x400);
 }
 
 static void setup(uint64_t base, uint64_t max_records, uint64_t thr_records)
 {
     pebs_ctrl = 1;
-    wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
-    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, rdmsr(IA32_PERF_GLOBAL_STATUS));
-    ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS), 0);
-    memset(pebs_buf, 0xA5, sizeof pebs_buf);
-    memset(&ds, 0, sizeof ds);
-    ds.pebs_base = ds.pebs_index = base;
-    ds.pebs_max = base + max_records * REC;
-    ds.pebs_thr = base + thr_records * REC;
+    pebs_ds_setup(&ds, pebs_buf, sizeof pebs_buf, base, REC, max_records, thr_records);
     ds.reset[0] = RESET;
     ds.reset[1] = 0x1234;               /* PMC1 has no PEBS: never loaded */
     wrmsr(IA32_DS_AREA, (uint64_t)&ds);
     /* No full-width writes: a legacy write of EAX, sign-extended from bit 31 to 40 bits. */
     wrmsr(IA32_PMC0, START & 0xFFFFFFFFull);
     ASSERT_EQ(rdmsr(IA32_PMC0), START);
-    wrmsr(IA32_PERFEVTSEL0, 0xC0 | (1ull << 17) | (1ull << 22)); /* INSTR_RETIRED.ANY_P, OS, EN */
+    wrmsr(IA32_PERFEVTSEL0, PEBS_EVTSEL_INST_RETIRED);
     wrmsr(IA32_PEBS_ENABLE, 1);
 }
 
 /* Record k (1-based) of a run, at `r`, field by field. */
-static void check_record(const struct pebs_rec *r, uint64_t k, int if_set)
+static void check_record(const struct pebs_rec_fmt0 *r, uint64_t k, int if_set)
 {
     uint64_t event = (P + 1) + (k - 1) * (Q + 1), inc = event - 1;
     uint64_t ip = (uint64_t)pebs_incs + 3 * inc;   /* the instruction after `inc` number inc */
     printf("record %lu: ip %lx r12 %lu rflags %lx\n", k, r->ip, r->r12, r->flags);
-    ASSERT_EQ(r->ip, ip);                  /* trap-like: the next instruction */
-    ASSERT_EQ(r->r12, inc);                /* registers after the triggering instruction */
-    ASSERT_EQ(r->ax, pebs_ctrl);
-    ASSERT_EQ(r->bx, 0xB0B0);
-    ASSERT_EQ(r->cx, 0x38F);
-    ASSERT_EQ(r->dx, 0);
-    ASSERT_EQ(r->si, 0x5151);
-    ASSERT_EQ(r->di, 0xD1D1);
-    ASSERT_EQ(r->bp, 0xBEBE);
-    ASSERT_EQ(r->sp, pebs_rsp);
-    ASSERT_EQ(r->r8, 0x8888);
-    ASSERT_EQ(r->r9, 0x9999);
-    ASSERT_EQ(r->r10, 0xAAAA);
-    ASSERT_EQ(r->r11, 0xBBBB);
-    ASSERT_EQ(r->r13, 0xDDDD);
-    ASSERT_EQ(r->r14, 0xEEEE);
-    ASSERT_EQ(r->r15, 0xFFFF);
+    pebs_check_regs(r, ip, inc, pebs_ctrl);
     /* RFLAGS: bit 1 set, IF as the run set it. DF and the arithmetic flags are not checked: the
      * plugin reads RFLAGS through QEMU's gdbstub register, which under TCG holds neither
      * (README "Core 2 profile"). */
     ASSERT_EQ(r->flags & (0x2 | RFLAGS_IF), 0x2 | (if_set ? RFLAGS_IF : 0));
-}
-
-static int untouched(const uint8_t *b, uint64_t from, uint64_t to)
-{
-    for (uint64_t i = from; i < to; i++)
-        if (b[i] != 0xA5)
-            return 0;
-    return 1;
-}
-
-/* support_enhancement_pebs() and the record length of seed 001 §6.7.1. */
-static uint64_t pebs_record_length(void)
-{
-    uint32_t r[4];
-    cpuid(1, 0, r);
-    if (!(r[2] & (1u << 2)))
-        return 40;
-    return ((rdmsr(IA32_PERF_CAPABILITIES) >> 8) & 0xF) == 1 ? 176 : 144;
 }
 
 void test_main(void)
@@ -238,8 +153,8 @@ void test_main(void)
     printf("record length by experiment: %lu\n", found);
     ASSERT_EQ(found, REC);
     for (uint64_t k = 1; k <= 4; k++)
-        check_record((const struct pebs_rec *)(pebs_buf + (k - 1) * REC), k, 1);
-    ASSERT(untouched(pebs_buf, 4 * REC, sizeof pebs_buf)); /* nothing at or past the maximum */
+        check_record((const struct pebs_rec_fmt0 *)(pebs_buf + (k - 1) * REC), k, 1);
+    ASSERT(pebs_untouched(pebs_buf, 4 * REC, sizeof pebs_buf)); /* nothing at or past the maximum */
     ASSERT_EQ(pmis, 0);
     ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS), 1);         /* PMC0's overflow, no OvfBuffer */
     /* The 9th trigger (event 38) reloaded RESET: events 39 and 40 follow. */
@@ -259,8 +174,8 @@ void test_main(void)
     ASSERT_EQ(pmi_index, base + 2 * REC);
     ASSERT_EQ(ds.pebs_index, base);                       /* reset by the handler */
     for (uint64_t k = 1; k <= 2; k++)
-        check_record((const struct pebs_rec *)(saved + (k - 1) * REC), k, 0);
-    ASSERT(untouched(pebs_buf, 2 * REC, sizeof pebs_buf));
+        check_record((const struct pebs_rec_fmt0 *)(saved + (k - 1) * REC), k, 0);
+    ASSERT(pebs_untouched(pebs_buf, 2 * REC, sizeof pebs_buf));
     ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS), 0);         /* cleared by the handler */
     ASSERT_EQ(rdmsr(IA32_PMC0), RESET);                   /* frozen right after the reload */
     /* Resume: the counter continues from the reset value, records go to the base again. */
@@ -273,8 +188,8 @@ void test_main(void)
     ASSERT_EQ(pmi_index, base + 2 * REC);
     ASSERT_EQ(ds.pebs_index, base);
     /* From RESET the records come at events Q + 1 and 2(Q + 1): r12 = Q and 2Q + 1. */
-    const struct pebs_rec *s1 = (const struct pebs_rec *)saved;
-    const struct pebs_rec *s2 = (const struct pebs_rec *)(saved + REC);
+    const struct pebs_rec_fmt0 *s1 = (const struct pebs_rec_fmt0 *)saved;
+    const struct pebs_rec_fmt0 *s2 = (const struct pebs_rec_fmt0 *)(saved + REC);
     ASSERT_EQ(s1->r12, Q);
     ASSERT_EQ(s2->r12, 2 * Q + 1);
     ASSERT_EQ(s1->ip, (uint64_t)pebs_incs + 3 * Q);
@@ -285,13 +200,13 @@ void test_main(void)
     setup(base, SLOTS, SLOTS + 1);
     wrmsr(IA32_PERFEVTSEL0, 0);
     wrmsr(IA32_PMC0 + 1, START & 0xFFFFFFFFull);
-    wrmsr(IA32_PERFEVTSEL0 + 1, 0xC0 | (1ull << 17) | (1ull << 22));
+    wrmsr(IA32_PERFEVTSEL0 + 1, PEBS_EVTSEL_INST_RETIRED);
     pebs_ctrl = 2;
     pebs_run();
     printf("pmc1: index +%lu, counter %lx, status %lx\n", ds.pebs_index - base, rdmsr(IA32_PMC0 + 1),
            rdmsr(IA32_PERF_GLOBAL_STATUS));
     ASSERT_EQ(ds.pebs_index, base);
-    ASSERT(untouched(pebs_buf, 0, sizeof pebs_buf));
+    ASSERT(pebs_untouched(pebs_buf, 0, sizeof pebs_buf));
     ASSERT_EQ(rdmsr(IA32_PMC0 + 1), 40 - P);              /* 40 events from 2^40 - P, wrapped */
     ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS), 2);
 

@@ -15,10 +15,7 @@
  * Counting convention (as t_pebs): the enabling WRMSR is event 1, `inc %r12` number j is event
  * j + 1. The counter starts at 2^48 - P (overflow at event P, record at P + 1); after each
  * record it is reloaded with 2^48 - Q, so record k comes from event (P + 1) + (k - 1)(Q + 1). */
-#include "guest.h"
-
-#define OVF_BUFFER (1ull << 62)
-#define CTR_FRZ    (1ull << 59)
+#include "pebs.h"
 
 #define P        5ull                 /* first overflow after P events */
 #define Q        3ull                 /* after each record: overflow after Q events */
@@ -29,55 +26,15 @@
 /* 38 incs: events 2..39, the XOR after them is event 40; records at events 6, 10, ..., 38. */
 #define N_RECORDS 9
 
-struct ds64 {
-    uint64_t bts_base, bts_index, bts_max, bts_thr;
-    uint64_t pebs_base, pebs_index, pebs_max, pebs_thr;
-    uint64_t reset[4];
-};
-
-struct pebs_rec {                     /* format 1, enhanced: 176 bytes */
-    uint64_t flags, ip, ax, bx, cx, dx, si, di, bp, sp, r8, r9, r10, r11, r12, r13, r14, r15;
-    uint64_t status, dla, dse, lat;
-};
-_Static_assert(sizeof(struct pebs_rec) == REC, "enhanced record");
+_Static_assert(sizeof(struct pebs_rec_fmt1) == REC, "enhanced record");
 
 static struct ds64 ds __attribute__((aligned(64)));
 static uint8_t pebs_buf[(SLOTS + 2) * REC] __attribute__((aligned(64)));
-uint64_t pebs_rsp;
 static unsigned counter;              /* the PEBS counter of the current phase (0 or 2) */
-
-extern void pebs_run(void);
-extern char pebs_incs[];
-asm(".text\n"
-    ".globl pebs_run, pebs_incs\n"
-    "pebs_run:\n"
-    "  push %rbx; push %rbp; push %r12; push %r13; push %r14; push %r15\n"
-    "  mov $0xB0B0, %ebx\n"
-    "  mov $0x5151, %esi\n"
-    "  mov $0xD1D1, %edi\n"
-    "  mov $0xBEBE, %ebp\n"
-    "  mov $0x8888, %r8d\n"
-    "  mov $0x9999, %r9d\n"
-    "  mov $0xAAAA, %r10d\n"
-    "  mov $0xBBBB, %r11d\n"
-    "  xor %r12d, %r12d\n"
-    "  mov $0xDDDD, %r13d\n"
-    "  mov $0xEEEE, %r14d\n"
-    "  mov $0xFFFF, %r15d\n"
-    "  mov %rsp, pebs_rsp(%rip)\n"
-    "  mov $0x38f, %ecx\n"
-    "  mov pebs_ctrl(%rip), %eax\n"
-    "  xor %edx, %edx\n"
-    "  wrmsr\n"
-    "pebs_incs:\n"
-    "  .rept 38\n"
-    "  inc %r12\n"
-    "  .endr\n"
-    "  xor %eax, %eax\n"
-    "  wrmsr\n"
-    "  pop %r15; pop %r14; pop %r13; pop %r12; pop %rbp; pop %rbx\n"
-    "  ret\n");
 uint32_t pebs_ctrl;
+
+/* pebs_run(): known registers, enable (GLOBAL_CTRL = pebs_ctrl), 38 x inc %r12, xor, disable. */
+PEBS_RUN_ASM("", "pebs_ctrl(%rip)", "");
 
 /* The DS interrupt handler of seed 001 §9.2.2 (PEBS buffer reached the threshold): note the
  * status and the records, reset the PEBS index to the base, clear OvfBuffer and the counter's
@@ -93,11 +50,8 @@ static void pmi_handler(struct trap_frame *f)
     pmi_status = rdmsr(IA32_PERF_GLOBAL_STATUS);
     pmi_ctrl = rdmsr(IA32_PERF_GLOBAL_CTRL);
     pmi_index = ds.pebs_index;
-    if (pmi_status & OVF_BUFFER) {
-        memcpy(saved, pebs_buf, ds.pebs_index - ds.pebs_base);
-        ds.pebs_index = ds.pebs_base;
-        wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, OVF_BUFFER | (1ull << counter));
-    }
+    if (pmi_status & OVF_BUFFER)
+        pebs_drain(&ds, pebs_buf, saved, 1ull << counter);
     lapic_write(LAPIC_LVT_PERF, 0x400);
 }
 
@@ -105,46 +59,23 @@ static void setup(unsigned ctr, uint64_t base, uint64_t max_records, uint64_t th
 {
     counter = ctr;
     pebs_ctrl = 1u << ctr;
-    wrmsr(IA32_PERF_GLOBAL_CTRL, 0);
-    wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, rdmsr(IA32_PERF_GLOBAL_STATUS));
-    ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS), 0);
-    memset(pebs_buf, 0xA5, sizeof pebs_buf);
-    memset(&ds, 0, sizeof ds);
-    ds.pebs_base = ds.pebs_index = base;
-    ds.pebs_max = base + max_records * REC;
-    ds.pebs_thr = base + thr_records * REC;
+    pebs_ds_setup(&ds, pebs_buf, sizeof pebs_buf, base, REC, max_records, thr_records);
     ds.reset[ctr] = RESET;
     wrmsr(IA32_DS_AREA, (uint64_t)&ds);
     /* No full-width writes: a legacy write of EAX, sign-extended from bit 31 to 48 bits. */
     wrmsr(IA32_PMC0 + ctr, START & 0xFFFFFFFFull);
     ASSERT_EQ(rdmsr(IA32_PMC0 + ctr), START);
-    wrmsr(IA32_PERFEVTSEL0 + ctr, 0xC0 | (1ull << 17) | (1ull << 22)); /* INST_RETIRED.ANY_P, OS, EN */
+    wrmsr(IA32_PERFEVTSEL0 + ctr, PEBS_EVTSEL_INST_RETIRED);
     wrmsr(IA32_PEBS_ENABLE, 1ull << ctr);
 }
 
 /* Record k (1-based) of a run, at `r`, field by field. */
-static void check_record(const struct pebs_rec *r, uint64_t k)
+static void check_record(const struct pebs_rec_fmt1 *r, uint64_t k)
 {
     uint64_t event = (P + 1) + (k - 1) * (Q + 1), inc = event - 1;
     uint64_t ip = (uint64_t)pebs_incs + 3 * inc;   /* the instruction after `inc` number inc */
     printf("record %lu: ip %lx r12 %lu rflags %lx status %lx\n", k, r->ip, r->r12, r->flags, r->status);
-    ASSERT_EQ(r->ip, ip);                  /* trap-like: the next instruction */
-    ASSERT_EQ(r->r12, inc);                /* registers after the triggering instruction */
-    ASSERT_EQ(r->ax, pebs_ctrl);
-    ASSERT_EQ(r->bx, 0xB0B0);
-    ASSERT_EQ(r->cx, 0x38F);
-    ASSERT_EQ(r->dx, 0);
-    ASSERT_EQ(r->si, 0x5151);
-    ASSERT_EQ(r->di, 0xD1D1);
-    ASSERT_EQ(r->bp, 0xBEBE);
-    ASSERT_EQ(r->sp, pebs_rsp);
-    ASSERT_EQ(r->r8, 0x8888);
-    ASSERT_EQ(r->r9, 0x9999);
-    ASSERT_EQ(r->r10, 0xAAAA);
-    ASSERT_EQ(r->r11, 0xBBBB);
-    ASSERT_EQ(r->r13, 0xDDDD);
-    ASSERT_EQ(r->r14, 0xEEEE);
-    ASSERT_EQ(r->r15, 0xFFFF);
+    pebs_check_regs((const struct pebs_rec_fmt0 *)r, ip, inc, pebs_ctrl);
     /* RFLAGS: bit 1 set, IF clear (interrupts off). The arithmetic flags are not checked: the
      * model's are stale mid-block (README "Nehalem profile"). */
     ASSERT_EQ(r->flags & 0x202, 0x2);
@@ -155,24 +86,6 @@ static void check_record(const struct pebs_rec *r, uint64_t k)
     ASSERT_EQ(r->dla, 0);
     ASSERT_EQ(r->dse, 0);
     ASSERT_EQ(r->lat, 0);
-}
-
-static int untouched(uint64_t from, uint64_t to)
-{
-    for (uint64_t i = from; i < to; i++)
-        if (pebs_buf[i] != 0xA5)
-            return 0;
-    return 1;
-}
-
-/* support_enhancement_pebs() and the record length of seed 001 §6.7.1. */
-static uint64_t pebs_record_length(void)
-{
-    uint32_t r[4];
-    cpuid(1, 0, r);
-    if (!(r[2] & (1u << 2)))
-        return 40;
-    return ((rdmsr(IA32_PERF_CAPABILITIES) >> 8) & 0xF) == 1 ? 176 : 144;
 }
 
 void test_main(void)
@@ -224,13 +137,13 @@ void test_main(void)
     ASSERT_EQ(ds.pebs_index - base, 4 * REC);
     /* Consecutive records: record 2 begins where the index said after record 1, and its RIP
      * and R12 are one reload period on. */
-    const struct pebs_rec *r1 = (const struct pebs_rec *)pebs_buf;
-    const struct pebs_rec *r2 = (const struct pebs_rec *)(pebs_buf + REC);
+    const struct pebs_rec_fmt1 *r1 = (const struct pebs_rec_fmt1 *)pebs_buf;
+    const struct pebs_rec_fmt1 *r2 = (const struct pebs_rec_fmt1 *)(pebs_buf + REC);
     ASSERT_EQ(r2->r12 - r1->r12, Q + 1);
     ASSERT_EQ(r2->ip - r1->ip, 3 * (Q + 1));
     for (uint64_t k = 1; k <= 4; k++)
-        check_record((const struct pebs_rec *)(pebs_buf + (k - 1) * REC), k);
-    ASSERT(untouched(4 * REC, sizeof pebs_buf));          /* nothing at or past the maximum */
+        check_record((const struct pebs_rec_fmt1 *)(pebs_buf + (k - 1) * REC), k);
+    ASSERT(pebs_untouched(pebs_buf, 4 * REC, sizeof pebs_buf));          /* nothing at or past the maximum */
     ASSERT_EQ(pmis, 0);
     ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS), 1);         /* PMC0's overflow, no OvfBuffer */
     /* The 9th trigger (event 38) reloaded RESET: events 39 and 40 follow. */
@@ -250,8 +163,8 @@ void test_main(void)
     ASSERT_EQ(pmi_index, base + 2 * REC);
     ASSERT_EQ(ds.pebs_index, base);                       /* reset by the handler */
     for (uint64_t k = 1; k <= 2; k++)
-        check_record((const struct pebs_rec *)(saved + (k - 1) * REC), k);
-    ASSERT(untouched(2 * REC, sizeof pebs_buf));
+        check_record((const struct pebs_rec_fmt1 *)(saved + (k - 1) * REC), k);
+    ASSERT(pebs_untouched(pebs_buf, 2 * REC, sizeof pebs_buf));
     ASSERT_EQ(rdmsr(IA32_PERF_GLOBAL_STATUS), 0);         /* cleared by the handler */
     ASSERT_EQ(rdmsr(IA32_PMC0), RESET);                   /* frozen right after the reload */
     /* Resume: the counter continues from the reset value, records go to the base again. */
@@ -265,8 +178,8 @@ void test_main(void)
     ASSERT_EQ(ds.pebs_index, base);
     /* From RESET the records come at events Q + 1 and 2(Q + 1): the 2nd and 3rd records of the
      * numbering with START shifted by one record, i.e. r12 = Q and 2Q + 1. */
-    const struct pebs_rec *s1 = (const struct pebs_rec *)saved;
-    const struct pebs_rec *s2 = (const struct pebs_rec *)(saved + REC);
+    const struct pebs_rec_fmt1 *s1 = (const struct pebs_rec_fmt1 *)saved;
+    const struct pebs_rec_fmt1 *s2 = (const struct pebs_rec_fmt1 *)(saved + REC);
     ASSERT_EQ(s1->r12, Q);
     ASSERT_EQ(s2->r12, 2 * Q + 1);
     ASSERT_EQ(s1->ip, (uint64_t)pebs_incs + 3 * Q);
@@ -279,8 +192,8 @@ void test_main(void)
     printf("pmc2: index +%lu, counter %lx\n", ds.pebs_index - base, rdmsr(IA32_PMC0 + 2));
     ASSERT_EQ(ds.pebs_index - base, N_RECORDS * REC);
     for (uint64_t k = 1; k <= N_RECORDS; k++)
-        check_record((const struct pebs_rec *)(pebs_buf + (k - 1) * REC), k);
-    ASSERT(untouched(N_RECORDS * REC, sizeof pebs_buf));
+        check_record((const struct pebs_rec_fmt1 *)(pebs_buf + (k - 1) * REC), k);
+    ASSERT(pebs_untouched(pebs_buf, N_RECORDS * REC, sizeof pebs_buf));
     ASSERT_EQ(rdmsr(IA32_PMC0 + 2), RESET + 2);
 
     wrmsr(IA32_PEBS_ENABLE, 0);

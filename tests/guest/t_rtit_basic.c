@@ -15,11 +15,7 @@
 #include "work.h"
 
 #define RTIT_LIP0        0x760
-#define ATOM_CTL_TRACE_EN     (1u << 0)
-#define ATOM_CTL_OS           (1u << 2)
-#define ATOM_CTL_USER         (1u << 3)
-#define ATOM_CTL_CMPRS_RET    (1u << 11)
-#define ATOM_CTL_TRACE_ACTIVE (1u << 13)
+#include "rtit_region.h"
 
 static volatile uint64_t sink;
 
@@ -51,12 +47,7 @@ void test_main(void)
     ASSERT_EQ(rdmsr(MSR_RTIT_LIMIT_MASK), 0x7F);
 
     uint8_t *buf = alloc_aligned(4096, 4096);
-    wrmsr(MSR_RTIT_BASE_ADDR, (uint64_t)buf);
-    wrmsr(MSR_RTIT_LIMIT_MASK, 0xFFF);
-    wrmsr(MSR_RTIT_OFFSET, 0);
-    wrmsr(MSR_RTIT_EVENTS, 7 | (6 << 3)); /* FilterEn: always on; TraceStop: always off */
-    uint64_t ctl = ATOM_CTL_OS | ATOM_CTL_USER | ATOM_CTL_CMPRS_RET;
-    wrmsr(MSR_RTIT_CTL, ctl);
+    uint64_t ctl = rtit_single_region((uint64_t)buf);
     uint64_t on = ctl | ATOM_CTL_TRACE_EN | ATOM_CTL_TRACE_ACTIVE;
     asm volatile(".globl pt_enable_wrmsr\npt_enable_wrmsr: wrmsr"
                  :: "c"(MSR_RTIT_CTL), "a"((uint32_t)on), "d"((uint32_t)(on >> 32)));
@@ -66,7 +57,7 @@ void test_main(void)
     uint64_t len = rdmsr(MSR_RTIT_OFFSET);
     /* Branch results not yet sent: no FUP.PGD when TriggerEn drops (§4.2.8) and the TNT buffer is
      * not drained (RTIT_TNT_BUFF keeps them, leading 1 = valid marker, Table 15). */
-    printf("TNTBUFF %lx\n", rdmsr(0x77D));
+    printf("TNTBUFF %lx\n", rdmsr(MSR_RTIT_TNT_BUFF));
     printf("RTIT: %lu bytes, STATUS %lx, LAST_LIP %lx\n", len, rdmsr(MSR_RTIT_STATUS), rdmsr(MSR_RTIT_LAST_LIP));
     ASSERT(len > 16 && len < 4096);
     ASSERT_EQ(buf[0], 0xC0); /* PSB: C0H + 8 zero bytes (Table 19 row 1, TriggerEn 0 -> 1) */

@@ -11,24 +11,14 @@
 #include "pt.h"
 #include "compat_trip.h"
 
-#define ATOM_CTL_TRACE_EN     (1u << 0)
-#define ATOM_CTL_OS           (1u << 2)
-#define ATOM_CTL_USER         (1u << 3)
-#define ATOM_CTL_CMPRS_RET    (1u << 11)
-#define ATOM_CTL_TRACE_ACTIVE (1u << 13)
+#include "rtit_region.h"
 
 static volatile uint32_t trip_result;
 
 void test_main(void)
 {
-    (void)rdmsr(MSR_RTIT_CTL); /* §3.3.1: MSR_RTIT_CTL is read first */
     uint8_t *buf = alloc_aligned(4096, 4096);
-    wrmsr(MSR_RTIT_BASE_ADDR, (uint64_t)buf);
-    wrmsr(MSR_RTIT_LIMIT_MASK, 0xFFF);
-    wrmsr(MSR_RTIT_OFFSET, 0);
-    wrmsr(MSR_RTIT_EVENTS, 7 | (6 << 3)); /* FilterEn: always on; TraceStop: always off */
-    uint64_t ctl = ATOM_CTL_OS | ATOM_CTL_USER | ATOM_CTL_CMPRS_RET;
-    wrmsr(MSR_RTIT_CTL, ctl);
+    uint64_t ctl = rtit_single_region((uint64_t)buf);
     uint64_t on = ctl | ATOM_CTL_TRACE_EN | ATOM_CTL_TRACE_ACTIVE;
     compat_gdt_enter();
     irq_disable();
@@ -39,7 +29,7 @@ void test_main(void)
                  :: "c"(MSR_RTIT_CTL), "a"((uint32_t)ctl), "d"((uint32_t)(ctl >> 32)));
     compat_gdt_leave();
     uint64_t len = rdmsr(MSR_RTIT_OFFSET);
-    printf("TNTBUFF %lx\n", rdmsr(0x77D));
+    printf("TNTBUFF %lx\n", rdmsr(MSR_RTIT_TNT_BUFF));
     printf("compat trip: ecx %x (expected %x), RTIT %lu bytes\n", trip_result, TRIP_ECX, len);
     ASSERT_EQ(trip_result, TRIP_ECX);
     ASSERT(len > 16 && len < 4096);

@@ -63,6 +63,7 @@
 #define MSR_RTIT_LIMIT_MASK            0x771 /* RTIT_LIMIT_MASK: output buffer size mask */
 #define MSR_RTIT_OFFSET                0x772 /* RTIT_OFFSET: output write offset */
 #define MSR_RTIT_PKT_CNT               0x77C /* RTIT_PKT_CNT */
+#define MSR_RTIT_TNT_BUFF              0x77D /* RTIT_TNT_BUFF: branch results not yet in a TNT packet */
 
 /* ---- SYSCALL/SYSRET, long mode ---- */
 #define IA32_EFER                      0xC0000080 /* IA32_EFER: SCE, LME, LMA, NXE */

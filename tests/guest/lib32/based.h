@@ -220,4 +220,12 @@ static inline void based_setup(const uint32_t msr[4], const uint32_t value[4], u
 
 /* What the trip's BX arithmetic gives: bf32 adds 5, bf16 3, the INT 30H handler 7. */
 #define BASED_EXPECTED_BX (2 * (5 + 7 + 3 + 5) /* Parts 1, 2 */ + 4 * 5 /* Part 3 */)
+
+/* based_trip(), then its BX work: every part ran. */
+static inline void based_run(void)
+{
+    based_trip();
+    puts_serial("trip BX "); put_hex(based_bx); putc_serial('\n');
+    CHECK(based_bx == BASED_EXPECTED_BX);
+}
 #endif

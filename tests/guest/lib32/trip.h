@@ -226,4 +226,12 @@ static inline void trip_setup(const uint32_t msr[4], const uint32_t value[4])
 /* What the trip's BX arithmetic gives: a_f32 adds 5 to EBX, f16 adds 3 to BX. */
 #define TRIP_EXPECTED_BX (4 * 3 /* a16 */ + 2 * 3 /* real, rfar */ + 5 /* a_back32 */ \
     + 4 * 3 /* b16 */ + 2 * 5 /* b_x32 */ + 3 + 5 /* c16, b_ret32 */ + 3 + 5 /* d16, b_iret_back */)
+
+/* trip(), then its BX work: every part ran. */
+static inline void trip_run(void)
+{
+    trip();
+    puts_serial("trip BX "); put_hex(trip_bx); putc_serial('\n');
+    CHECK(trip_bx == TRIP_EXPECTED_BX);
+}
 #endif
