@@ -873,7 +873,7 @@ impl Shared {
         let mut guard = slot.lock();
         if let Some(v) = guard.as_mut() {
             // SAFETY: on the vCPU's own thread (every caller is one of its callbacks).
-            let front = unsafe { self.front(vcpu) };
+            let front = unsafe { front_of(vcpu) };
             if let Some(ring) = front.as_ref().map(|f| f.ring) {
                 self.run_recorded(v, ring);
             }
@@ -895,18 +895,6 @@ impl Shared {
                 front.refill();
             }
         }
-    }
-
-    /// The vCPU's `Front`, once it exists.
-    ///
-    /// # Safety
-    /// Only on `vcpu`'s own thread, and not while another reference from this call exists.
-    #[allow(clippy::mut_from_ref)]
-    #[inline(always)]
-    unsafe fn front(&self, vcpu: VCPUIndex) -> Option<&mut Front> {
-        let cell = self.fronts.get(vcpu as usize)?;
-        // SAFETY: see the function's contract.
-        unsafe { (*cell.0.get()).as_mut() }
     }
 
     /// Run the blocks recorded on this vCPU's thread through its model (on that thread: output

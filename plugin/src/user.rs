@@ -112,9 +112,19 @@ impl Ring {
         }
     }
 
-    /// The owner stored entry `head`: publish it (to the encoder thread, every PUBLISH entries).
+    /// The owner appends `info` at position `head` of `entries` (the ring's RING entries) and
+    /// publishes it (to the encoder thread, every PUBLISH entries). The encoder thread reads the
+    /// entries: their line `PREFETCH` entries on is taken back before a store needs it
+    /// (`block_ring::prefetch_for_write`).
+    ///
+    /// # Safety
+    /// On the owner's thread, with `entries` the ring's entries (never freed) and the entry at
+    /// `head` consumed: no consumer reads it until `head` is published.
     #[inline(always)]
-    fn append_done(&self, head: usize) {
+    unsafe fn append(&self, entries: *mut AtomicPtr<BlockInfo>, head: usize, info: &'static BlockInfo) {
+        pttrace_core::block_ring::prefetch_for_write(entries.wrapping_add(head.wrapping_add(PREFETCH) % RING));
+        // SAFETY: the function's contract.
+        unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
         let next = head.wrapping_add(1);
         self.head.store(next, Ordering::Release);
         if next % PUBLISH == 0 {
@@ -363,11 +373,8 @@ impl Shared {
         if head >= ring.room_end.load(Ordering::Relaxed) && !self.make_room(slot, head) {
             return;
         }
-        pttrace_core::block_ring::prefetch_for_write(entries.wrapping_add(head.wrapping_add(PREFETCH) % RING));
-        // SAFETY: `entries` points to RING entries that are never freed; the entry at `head`
-        // was consumed (`make_room`), so no consumer reads it until `head` is published.
-        unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
-        ring.append_done(head);
+        // SAFETY: the owner's thread; the entry at `head` was consumed (`make_room`).
+        unsafe { ring.append(entries, head, info) };
         if ring.every_block.load(Ordering::Relaxed) {
             self.drain_own(slot);
         }
@@ -386,12 +393,9 @@ impl Shared {
         if head >= ring.room_end.load(Ordering::Relaxed) || info.at_handler.load(Ordering::Relaxed) {
             return false;
         }
-        let entries = ring.entries.load(Ordering::Relaxed);
-        // The encoder thread reads the entries: take the line back before the store needs it.
-        pttrace_core::block_ring::prefetch_for_write(entries.wrapping_add(head.wrapping_add(PREFETCH) % RING));
-        // SAFETY: as in `on_block`.
-        unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
-        ring.append_done(head);
+        // SAFETY: the owner's thread; `head` < `room_end`, so the entry at `head` was consumed
+        // and `entries` exists.
+        unsafe { ring.append(ring.entries.load(Ordering::Relaxed), head, info) };
         true
     }
 
@@ -473,9 +477,9 @@ impl Shared {
     fn encoder_loop(&'static self) {
         let mut backoff = pttrace_core::block_ring::ConsumerBackoff::default();
         loop {
-            let n = self.n_slots.load(Ordering::Relaxed).min(self.vcpus.len());
+            let slots = self.used_slots();
             let (mut worked, mut eligible) = (false, false);
-            for slot in &self.vcpus[..n] {
+            for slot in slots {
                 if slot.on_vcpu.load(Ordering::Relaxed) {
                     continue;
                 }
@@ -490,7 +494,7 @@ impl Shared {
                     }
                 }
             }
-            if !eligible && n > 0 {
+            if !eligible && !slots.is_empty() {
                 // Every vCPU runs its own blocks (model_placement): nothing to poll for a while.
                 std::thread::sleep(std::time::Duration::from_millis(5));
                 continue;
@@ -968,7 +972,7 @@ impl Shared {
         if self.opts.truth {
             std::sync::atomic::fence(Ordering::SeqCst);
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-            for slot in self.vcpus.iter().take(self.n_slots.load(Ordering::Relaxed)) {
+            for slot in self.used_slots() {
                 while slot.in_block.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
                     std::thread::sleep(std::time::Duration::from_micros(200));
                 }
@@ -982,8 +986,7 @@ impl Shared {
     /// as when the common case looked at the signal itself. The slots used so far; a slot a new
     /// thread takes gets room only in `Ring::saw_tail`, which looks for the signal.
     fn stop_appending(&self) {
-        let n = self.n_slots.load(Ordering::SeqCst).min(self.vcpus.len());
-        for slot in &self.vcpus[..n] {
+        for slot in self.used_slots() {
             slot.ring.room_end.store(0, Ordering::SeqCst);
         }
     }

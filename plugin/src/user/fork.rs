@@ -43,16 +43,16 @@ impl Shared {
     /// Are forked children traced? `inherit=1` (default), something traced, and a drain that
     /// does not depend on the real-time drainer thread (which the child would not have).
     pub(crate) fn inherits(&self) -> bool {
-        self.opts.inherit && self.opts.trace != TraceKind::Off && self.drainer.is_none()
+        self.opts.inherit && self.traces() && self.drainer.is_none()
     }
 
     /// pthread_atfork prepare handler, on the forking thread: take every lock (order above).
     pub(crate) fn prepare_fork(&self) {
-        let n = self.n_slots.load(Ordering::Acquire).min(self.vcpus.len());
-        for slot in &self.vcpus[..n] {
+        let slots = self.used_slots();
+        for slot in slots {
             std::mem::forget(slot.state.lock());
         }
-        self.fork_locked.store(n, Ordering::Relaxed);
+        self.fork_locked.store(slots.len(), Ordering::Relaxed);
         self.code.lock_for_fork();
         std::mem::forget(self.handlers.write());
         std::mem::forget(self.pending_mmap.lock());
@@ -132,9 +132,8 @@ impl Shared {
         *self.totals.lock() = Totals::default();
         self.next_thread.store(1, Ordering::Relaxed);
         // Every other thread's trace, and this one's buffered bytes, are the parent's.
-        let n = self.n_slots.load(Ordering::Relaxed).min(self.vcpus.len());
         let mut forking = None;
-        for (i, slot) in self.vcpus[..n].iter().enumerate() {
+        for (i, slot) in self.used_slots().iter().enumerate() {
             let mut state = slot.state.lock();
             slot.ring.discard();
             slot.in_block.store(false, Ordering::Relaxed);
