@@ -147,14 +147,15 @@ for _ in $(seq "$runs"); do
   base=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" 2>/dev/null | tr -d '\r')
   with=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r')
   # The same with the model on the vCPU at every block (PTTRACE_RECORD=0, the reference path),
-  # with recorded blocks run by the vCPU itself (PTTRACE_ENCODER=0) and by the encoder thread
-  # (PTTRACE_ENCODER=1); the default is the vCPU.
+  # with recorded blocks run by the vCPU itself (PTTRACE_ENCODER=0: no encoder thread) and by
+  # the encoder thread all the time (PTTRACE_ENCODER=2); the default places the model beside
+  # the vCPU while the vCPU has a host CPU to itself (issue 13 step 21).
   # Every block instrumented from the start (PTTRACE_LIGHT=0: as before light instrumentation).
   full=$(PTTRACE_LIGHT=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r')
   fo+=("$(field off <<<"$full")") fc+=("$(field configured <<<"$full")")
   r0+=("$(PTTRACE_RECORD=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
   e0+=("$(PTTRACE_ENCODER=0 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
-  e1+=("$(PTTRACE_ENCODER=1 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
+  e1+=("$(PTTRACE_ENCODER=2 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
   [ -n "$floor_record" ] && frl+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$floor_record" 2>/dev/null | tr -d '\r' | field off)")
   [ -n "$floor_empty" ] && fl+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$floor_empty" 2>/dev/null | tr -d '\r' | field off)")
   np+=("$(field off <<<"$base")")
@@ -177,10 +178,10 @@ echo "  Intel PT on (single range):              $(m "${on[@]}") ($(r "$(m "${on
 echo "  Intel PT on (ToPA, 2 x 512 KiB):         $(m "${tp[@]}") ($(r "$(m "${tp[@]}")" "$b"))"
 echo "  single range, model at every block:      $(m "${r0[@]}") ($(r "$(m "${r0[@]}")" "$b")) (PTTRACE_RECORD=0: before issue 13 step 2)"
 echo "  single range, recorded, run on the vCPU: $(m "${e0[@]}") ($(r "$(m "${e0[@]}")" "$b")) (PTTRACE_ENCODER=0)"
-echo "  single range, recorded, encoder thread:  $(m "${e1[@]}") ($(r "$(m "${e1[@]}")" "$b")) (PTTRACE_ENCODER=1)"
+echo "  single range, recorded, encoder thread:  $(m "${e1[@]}") ($(r "$(m "${e1[@]}")" "$b")) (PTTRACE_ENCODER=2)"
 [ ${#fl[@]} -gt 0 ] && echo "  floor (empty C callback per block):      $(m "${fl[@]}") ($(r "$(m "${fl[@]}")" "$b"))"
 [ ${#frl[@]} -gt 0 ] && echo "  record floor (C ring append per block):  $(m "${frl[@]}") ($(r "$(m "${frl[@]}")" "$b"))"
-echo "  ($(nproc) host CPUs; by default the vCPU runs its recorded blocks, PTTRACE_ENCODER=1 starts the encoder thread)"
+echo "  ($(nproc) host CPUs; by default the encoder thread runs the recorded blocks while the vCPU has a CPU to itself)"
 pmb=$(m "${pn[@]}")
 echo "counting PMU (tests/guest/b_pmu_loop.c: FIXED_CTR0 + PMC0 branches, Intel PT off; guest RDTSC cycles, median of $runs):"
 echo "  no plugin (not counted):                 $pmb"

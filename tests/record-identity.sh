@@ -4,10 +4,12 @@
 # must not change a single packet, nor when output reaches guest memory in a way the guest sees
 # (ToPA PMI, STOP). Each guest that produces Intel PT without ground truth runs three ways:
 #   PTTRACE_RECORD=0     the model runs at every block as it executes (the reference path)
-#   PTTRACE_ENCODER=1    recording + encoder thread
-#   PTTRACE_ENCODER=0    recording, the vCPU runs its recorded blocks itself (the default)
+#   PTTRACE_ENCODER=2    recording, the encoder thread beside the vCPU all the time
+#   PTTRACE_ENCODER=0    recording, the vCPU runs its recorded blocks itself (no encoder thread)
 #   PTTRACE_LIGHT=0      every block instrumented from the start (the default starts with light
-#                        instrumentation and flushes the translations when tracing is enabled)
+#                        instrumentation and flushes the translations when tracing is enabled),
+#                        with the default placement of the model (beside the vCPU while the
+#                        vCPU has a host CPU to itself, else on it)
 # and its streams (thread-*.pt, the host copy of every byte) must be byte-identical.
 # Skipped: guests whose streams differ from run to run on their own (a LAPIC timer interrupt
 # lands at a point that depends on host time: t_pt_transfers, t_pt_smp, t_stress_smp) and guests
@@ -30,7 +32,7 @@ for elf in "$bin"/t_pt_*.elf "$bin"/t_m32_*pt*.elf "$bin"/t_hostile_mmio.elf "$b
   extra=$(sed -n 's|^// pttrace-options: *||p' "$src" 2>/dev/null | head -1)
   qx=$(sed -n 's|^// qemu-options: *||p' "$src" 2>/dev/null | head -1)
   sums=()
-  for mode in PTTRACE_RECORD=0 PTTRACE_ENCODER=1 PTTRACE_ENCODER=0 PTTRACE_LIGHT=0; do
+  for mode in PTTRACE_RECORD=0 PTTRACE_ENCODER=2 PTTRACE_ENCODER=0 PTTRACE_LIGHT=0; do
     d=$tmp/$name.${mode//=/}
     # shellcheck disable=SC2086
     env $mode GUEST_TIMEOUT=120 bash "$top/tests/guest/run.sh" "$elf" $qx \

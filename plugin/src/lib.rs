@@ -235,6 +235,13 @@ fn register() {
     qemu_plugin::plugin::register_plugin(PtTrace);
 }
 
+/// CPU time of the calling thread (None if the clock is unavailable).
+pub(crate) fn thread_cpu_ns() -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill.
+    (unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// Host monotonic nanoseconds since the first call, at least 1 (callers keep 0 for "never"):
 /// the time marks of the instrumentation switch and of the model placement.
 pub(crate) fn monotonic_ns() -> u64 {

@@ -19,6 +19,7 @@ use crate::output::{FileKey, Output};
 use crate::regs::Regs;
 use crate::{fail, guarded};
 use pttrace_core::block_ring::BlockRing;
+use pttrace_core::model_placement::{ModelPlacement, Placement};
 use pttrace_core::vcpu_cell::VcpuCell;
 use pttrace_core::bts::pebs::{self, PebsFormat, PebsOutcome, PebsState};
 use pttrace_core::bts::{BranchTraceStore, DsFormat};
@@ -34,6 +35,7 @@ use pttrace_core::lbr::{self, BranchRecorder, LbrStack};
 use pttrace_core::pmu::{tally::RetirementTally, Pmu, PmuCaps, PmuProfile, Retired};
 use pttrace_core::pt::msr::{RtitMsrs, WriteEffect};
 use pttrace_core::pt::output::OutputUnit;
+use pttrace_core::pt::output_bound;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
@@ -49,14 +51,25 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 const MAX_VCPUS: usize = 1024;
-/// Blocks a vCPU's ring records before the vCPU runs them through the model itself (issue 13).
-const RING_BLOCKS: usize = 1024;
+/// Blocks a vCPU's ring holds (issue 13). Beside the encoder thread the vCPU stops to run what
+/// is left only when it is full (or at a point the model must see): the larger, the rarer
+/// (b_pt_loop, encoder thread: 1024 -> 191-204 M guest cycles, 4096 -> 160-162 M, 16384 ->
+/// 128-129 M, 65536 -> 129-130 M).
+const RING_BLOCKS: usize = 16384;
+/// Blocks a vCPU records before it runs them itself while the model is on the vCPU
+/// (`Placement::OnVcpu`): records read back while still in the nearest caches.
+const ON_VCPU_BLOCKS: u32 = 1024;
+
+/// How the encoder thread shares the vCPUs' recorded blocks with them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EncoderMode {
+    /// Per vCPU, by its share of CPU time (`ModelPlacement`).
+    Adaptive,
+    /// Every vCPU beside it (PTTRACE_ENCODER=2).
+    Always,
+}
 /// Recorded blocks the encoder thread takes from a ring at a time (fewer: it leaves them).
 const ENCODER_CHUNK: usize = 256;
-/// The most Intel PT bytes one recorded block can add (see `Shared::record_budget`): a TNT flush,
-/// a TIP, a filter transition (TIP.PGD/PGE, MODE.Exec) and a PSB+ (PSB, PSBEND, TSC, TMA, CBR,
-/// MODE.Exec, PIP, VMCS, FUP) together stay well below it.
-const MAX_BLOCK_BYTES: u64 = 256;
 /// The most instructions a translation block holds (QEMU's `TCG_MAX_INSNS`, include/tcg/tcg.h):
 /// the most retirement events one recorded block can add to a counter (`Pmu::blocks_before_pmi`).
 const MAX_BLOCK_INSNS: u64 = 512;
@@ -603,6 +616,8 @@ struct Front {
     no_step: &'static RecordStep,
     /// RIP after near indirect transfers.
     regs: Regs,
+    /// Where the vCPU's recorded blocks run through the model (`Shared::place_model`).
+    placement: ModelPlacement,
 }
 
 impl Front {
@@ -753,6 +768,12 @@ pub struct Shared {
     rings: Box<[OnceLock<&'static BlockRing<Recorded>>]>,
     /// vCPUs whose ring exists (the encoder thread scans that many).
     n_rings: AtomicUsize,
+    /// Per vCPU with a ring: the encoder thread runs its recorded blocks (`Placement::Beside`,
+    /// decided on the vCPU's thread in `with_vcpu`).
+    beside: Box<[AtomicBool]>,
+    /// The encoder thread runs (PTTRACE_ENCODER unset, 1 or 2), and PTTRACE_ENCODER=2 keeps
+    /// every vCPU beside it whatever the share of CPU time (for measurements).
+    encoder: OnceLock<EncoderMode>,
     /// Recording is possible at all in this configuration (`record_budget`).
     may_record: bool,
     code: crate::output::CodeImageV1,
@@ -870,16 +891,31 @@ impl Shared {
     /// whether (and for how many blocks) it may record only.
     fn with_vcpu(&self, vcpu: VCPUIndex, f: impl FnOnce(&Shared, &mut Vcpu)) {
         let Some(slot) = self.vcpus.get(vcpu as usize) else { return };
-        let mut guard = slot.lock();
+        // SAFETY: on the vCPU's own thread (every caller is one of its callbacks); the reference
+        // is not used after this function.
+        let mut front = unsafe { front_of(vcpu) };
+        let mut guard = match (slot.try_lock(), front.as_mut()) {
+            (Some(g), _) => g,
+            (None, Some(f)) => {
+                // The encoder thread holds the model: the vCPU waits for it (not lost time for
+                // the placement, see `ModelPlacement::waited`).
+                let start = crate::monotonic_ns();
+                let g = slot.lock();
+                f.placement.waited(crate::monotonic_ns() - start);
+                g
+            }
+            (None, None) => slot.lock(),
+        };
         if let Some(v) = guard.as_mut() {
-            // SAFETY: on the vCPU's own thread (every caller is one of its callbacks).
-            let front = unsafe { front_of(vcpu) };
             if let Some(ring) = front.as_ref().map(|f| f.ring) {
                 self.run_recorded(v, ring);
             }
             f(self, v);
             if let Some(front) = front {
                 front.budget = self.record_budget(v, front.ring);
+                if !self.place_model(vcpu, front) {
+                    front.budget = front.budget.min(ON_VCPU_BLOCKS);
+                }
                 if front.budget != 0 && self.lbr_recording(v) {
                     v.record_clock = self.core_clock(v);
                 }
@@ -893,6 +929,24 @@ impl Shared {
                     front.tsc_countdown = u32::MAX;
                 }
                 front.refill();
+            }
+        }
+    }
+
+    /// A checkpoint of the vCPU's model placement (on its own thread, whenever it takes its
+    /// model): true while the encoder thread runs its recorded blocks.
+    fn place_model(&self, vcpu: VCPUIndex, front: &mut Front) -> bool {
+        let Some(beside) = self.beside.get(vcpu as usize) else { return false };
+        match self.encoder.get() {
+            None => false,
+            Some(EncoderMode::Always) => true,
+            Some(EncoderMode::Adaptive) => {
+                let now = crate::monotonic_ns();
+                let cpu = if front.placement.wants_cpu_time(now) { crate::thread_cpu_ns() } else { None };
+                if let Some(to) = front.placement.at(now, cpu) {
+                    beside.store(to == Placement::Beside, Ordering::Relaxed);
+                }
+                front.placement.placement() == Placement::Beside
             }
         }
     }
@@ -1123,7 +1177,8 @@ impl Shared {
     /// nothing pending, no CYC packets (cycle counts need the clock at each block; MTC takes the
     /// vCPU's samples, `MTC_SAMPLE_BLOCKS`), no
     /// instruction-counted clock or drain model, no BTS, RTIT, counters, LBRs or ground truth.
-    /// And never across an output event: each recorded block adds at most `MAX_BLOCK_BYTES`, so
+    /// And never across an output event: each recorded block adds at most
+    /// `output_bound::block_bytes` (and a PSB+ per PSB period, `output_bound::blocks_within`), so
     /// the bytes held back stay within the output unit's quiet room (no ToPA PMI, STOP or
     /// entry load moves to another block than the one it happens at when every block runs the
     /// model; stores made only to bound how long bytes are held back may come later, see
@@ -1135,6 +1190,12 @@ impl Shared {
     /// retirements are counted when they run through the model (`run_recorded_counting`),
     /// before anything can read a counter (RDMSR, RDPMC and WRMSR run the model first).
     fn record_budget(&self, v: &Vcpu, ring: &BlockRing<Recorded>) -> u32 {
+        self.record_room(v).min(ring.room() as u64) as u32
+    }
+
+    /// `record_budget` before the ring's room: how many blocks may be recorded from the model's
+    /// present state (0: none).
+    fn record_room(&self, v: &Vcpu) -> u64 {
         if !self.may_record
             || v.after.is_none()
             || v.mode_regs.is_none()
@@ -1162,7 +1223,8 @@ impl Shared {
                 return 0;
             }
             let held = v.tracer.output().len() as u64;
-            v.output.quiet_room().saturating_sub(held) / MAX_BLOCK_BYTES
+            let per_block = output_bound::block_bytes(v.msrs.ctl, self.opts.caps.num_addr_ranges as usize);
+            output_bound::blocks_within(v.output.quiet_room().saturating_sub(held), per_block)
         } else if v.pmu.active() || self.lbr_recording(v) {
             // (Less 2: the block that just ran has not been counted yet.) The LBRs record the
             // recorded blocks' taken branches when the model runs them, before anything can
@@ -1171,7 +1233,7 @@ impl Shared {
         } else {
             return 0;
         };
-        room.min(ring.room() as u64) as u32
+        room
     }
 
     /// Recompute whether this vCPU's blocks need the block callback (see `need_block_cb`).
@@ -1319,6 +1381,7 @@ impl Shared {
                 mtc: false,
                 no_step,
                 regs: Regs::discover(),
+                placement: ModelPlacement::new(),
             };
             front.set_slot(mode_slot(ExecMode::Bit64));
             // SAFETY: on the vCPU's own thread (the vCPU-init callback), before its first block.
@@ -1380,6 +1443,10 @@ impl Shared {
     #[inline(never)]
     fn record_block_general(front: &mut Front, info: &'static BlockInfo, last_started: u64) -> Result<(), u64> {
         front.sync();
+        if front.budget == 0 {
+            // The encoder thread may have let the vCPU go further (`BlockRing::grant`).
+            front.budget = front.ring.granted().saturating_sub(front.ring.len()).min(u32::MAX as usize) as u32;
+        }
         let r = Self::record_block_slow(front, info, last_started);
         front.refill();
         r
@@ -1441,14 +1508,23 @@ impl Shared {
             let mut worked = false;
             for (i, ring) in self.rings[..n].iter().enumerate() {
                 let Some(ring) = ring.get() else { continue };
-                if ring.pending() < ENCODER_CHUNK {
+                if ring.pending_published() < ENCODER_CHUNK || !self.beside[i].load(Ordering::Relaxed) {
                     continue;
                 }
                 let Some(mut guard) = self.vcpus[i].try_lock() else { continue };
                 let Some(v) = guard.as_mut() else { continue };
                 guarded("trace encoder", || {
                     // SAFETY: holding the vCPU's lock.
-                    unsafe { ring.take_shared(ENCODER_CHUNK, |recs| self.run_recorded_all(v, recs, false)) };
+                    unsafe { ring.take_published(ENCODER_CHUNK, |recs| self.run_recorded_all(v, recs, false)) };
+                    // The model now stands where the vCPU stood after the blocks consumed so
+                    // far. From there `record_room` blocks may be recorded (those the vCPU has
+                    // recorded since among them), often far more than the budget the vCPU took
+                    // from an older state: the vCPU goes on without stopping
+                    // (`record_block_general`).
+                    let room = self.record_room(v);
+                    if room != 0 {
+                        ring.grant(ring.consumed().saturating_add(room.min(usize::MAX as u64) as usize));
+                    }
                 });
                 worked = true;
             }
@@ -2757,6 +2833,8 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
         fronts: (0..16).map(|_| FrontCell(UnsafeCell::new(None))).collect(),
         rings: (0..16).map(|_| OnceLock::new()).collect(),
         n_rings: AtomicUsize::new(0),
+        beside: (0..16).map(|_| AtomicBool::new(true)).collect(),
+        encoder: OnceLock::new(),
         may_record,
         code: crate::output::CodeImageV1::default(),
         last_started: PerVcpuU64::new(),
@@ -2775,14 +2853,18 @@ pub fn install(id: PluginId, args: &Args, smp_vcpus: i64, max_vcpus: i64) -> qem
     if SHARED.set(shared).is_err() {
         fail("plugin loaded twice");
     }
-    // The encoder thread (PTTRACE_ENCODER=1) runs recorded blocks beside the vCPU. It is not the
-    // default: on this project's 2-CPU hosts, busy with other jobs, a vCPU that needs its model
-    // while a preempted encoder holds it waits, and b_pt_loop took 1.55 G guest cycles with the
-    // thread against 0.68 G with the vCPU running its recorded blocks itself (1.19 G with the
-    // model at every block; make bench, 3 runs). An idle host with CPUs to spare was not measured.
-    let encoder = std::env::var("PTTRACE_ENCODER").is_ok_and(|v| v == "1");
-    if may_record && encoder {
+    // The encoder thread runs recorded blocks beside the vCPUs while each has a host CPU to
+    // itself (`pttrace_core::model_placement`, as in user mode; issue 13 step 21).
+    // PTTRACE_ENCODER=0 (measurements): no thread, every vCPU runs its recorded blocks itself;
+    // PTTRACE_ENCODER=2: every vCPU beside the thread whatever its share of CPU time.
+    let mode = match std::env::var("PTTRACE_ENCODER").as_deref() {
+        Ok("0") => None,
+        Ok("2") => Some(EncoderMode::Always),
+        _ => Some(EncoderMode::Adaptive),
+    };
+    if let (true, Some(mode)) = (may_record, mode) {
         let sh: &'static Shared = SHARED.get().expect("set above");
+        let _ = sh.encoder.set(mode);
         let spawned = std::thread::Builder::new().name("pttrace-encoder".into()).spawn(move || sh.encoder_loop());
         if let Err(e) = spawned {
             fail(&format!("cannot start the encoder thread: {e}"));

@@ -322,13 +322,6 @@ struct Totals {
 
 pub static SHARED: OnceLock<Shared> = OnceLock::new();
 
-/// CPU time of the calling thread (None if the clock is unavailable).
-fn thread_cpu_ns() -> Option<u64> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid timespec to fill.
-    (unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
-}
-
 /// This process's id, and its parent's if it is a traced forked child (0 for the root process).
 static PID: AtomicU32 = AtomicU32::new(0);
 static PPID: AtomicU32 = AtomicU32::new(0);
@@ -459,7 +452,7 @@ impl Shared {
         }
         let now = crate::monotonic_ns();
         let mut p = slot.placement.lock();
-        let cpu = if p.wants_cpu_time(now) { thread_cpu_ns() } else { None };
+        let cpu = if p.wants_cpu_time(now) { crate::thread_cpu_ns() } else { None };
         if let Some(to) = p.at(now, cpu) {
             slot.on_vcpu.store(to == Placement::OnVcpu, Ordering::Relaxed);
             if *REPORT {

@@ -10,6 +10,7 @@ pub mod internal_buffer;
 pub mod last_ip;
 pub mod msr;
 pub mod output;
+pub mod output_bound;
 pub mod packet;
 pub mod readback;
 pub mod ret_stack;
