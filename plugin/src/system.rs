@@ -592,17 +592,18 @@ struct Front {
     /// (`mode_slot`; the model's context, unchanged while blocks are only recorded), in bytes
     /// from the start of a `BlockInfo` (`Front::step`).
     step_off: usize,
-    /// Blocks the common case may still record without looking further (`refill`): no more
-    /// than the budget, the ring's room and, with MTC, the blocks before the next sample of the
-    /// host TSC. 0: every block takes `Shared::record_block_general`.
-    left: u32,
+    /// The ring's length up to which the common case may record without looking further
+    /// (`refill`): no more blocks than the budget, the ring's room and, with MTC, the blocks
+    /// before the next sample of the host TSC. At or below the length: every block takes
+    /// `Shared::record_block_general`.
+    limit: usize,
     ring: &'static BlockRing<Recorded>,
     tsc: u64,
     /// The target the last near RET or indirect JMP/CALL through memory loaded
     /// (`on_target_load`), taken by the block after it: its new RIP without a register read.
     loaded_rip: Option<u64>,
-    /// `left` when last refilled (`sync` counts the blocks recorded since).
-    granted: u32,
+    /// The ring's length when last refilled (`sync` counts the blocks recorded since).
+    granted: usize,
     /// Blocks that may be recorded only before the model must run at a block boundary again
     /// (`Shared::record_budget`); 0: the next block runs the model. Up to date after `sync`.
     budget: u32,
@@ -644,17 +645,19 @@ impl Front {
 
     /// `budget` and `tsc_countdown` less the blocks the common case recorded since `refill`.
     fn sync(&mut self) {
-        let used = self.granted - self.left;
+        let len = self.ring.len();
+        let used = (len - self.granted) as u32;
         self.budget -= used;
         self.tsc_countdown -= used;
-        self.granted = self.left;
+        self.granted = len;
     }
 
     /// `left` from `budget`, the ring's room and `tsc_countdown` (the block at which it reaches
     /// 0 samples the host TSC: `record_block_general`).
     fn refill(&mut self) {
-        self.left = self.budget.min(self.ring.room() as u32).min(self.tsc_countdown.saturating_sub(1));
-        self.granted = self.left;
+        let left = self.budget.min(self.ring.room() as u32).min(self.tsc_countdown.saturating_sub(1));
+        self.granted = self.ring.len();
+        self.limit = self.granted + left as usize;
     }
 }
 
@@ -1371,7 +1374,7 @@ impl Shared {
                 prev: no_step,
                 delta: 0,
                 step_off: 0,
-                left: 0,
+                limit: 0,
                 ring,
                 tsc: 0,
                 loaded_rip: None,
@@ -1412,7 +1415,8 @@ impl Shared {
     fn record_block(front: &mut Front, info: &'static BlockInfo) -> Option<u64> {
         let last_started = front.last_started.take(u64::MAX);
         let prev = front.prev;
-        if last_started != prev.last_ip || front.left == 0 {
+        let len = front.ring.len();
+        if last_started != prev.last_ip || len >= front.limit {
             return Some(last_started);
         }
         let step = front.step(info);
@@ -1423,15 +1427,21 @@ impl Shared {
         } else {
             // What `record_block_general` takes after such a transfer (a value in another page
             // falls through to it, and fails there).
+            // (Cleared only here: a value left from a block whose successor was not recorded
+            // here is never used, since a `loads_next` block sets it as it ends and every
+            // user checks that `prev` is such a block that ended, as `record_block_slow` and
+            // `on_block` do.)
             match front.loaded_rip {
-                Some(rip) if prev.loads_next && step.recordable && (rip ^ info.pc) & 0xFFF == 0 => rip,
+                Some(rip) if prev.loads_next && step.recordable && (rip ^ info.pc) & 0xFFF == 0 => {
+                    front.loaded_rip = None;
+                    rip
+                }
                 _ => return Some(last_started),
             }
         };
-        // SAFETY: on the vCPU's own thread, the ring's producer; `left` <= its room (`refill`).
-        unsafe { front.ring.push_unchecked(Recorded { info, pc, last_started, tsc: front.tsc }) };
-        front.left -= 1;
-        front.loaded_rip = None;
+        // SAFETY: on the vCPU's own thread, the ring's producer; its length < `limit` <= its
+        // capacity (`refill`).
+        unsafe { front.ring.push_at(len, Recorded { info, pc, last_started, tsc: front.tsc }) };
         // (A step that `ends` recording is never followed: its successor keys match no key.)
         front.prev = step;
         front.delta = pc.wrapping_sub(info.pc);
