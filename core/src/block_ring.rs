@@ -362,6 +362,52 @@ mod tests {
     }
 
     #[test]
+    fn another_thread_sees_entries_only_in_published_batches() {
+        let ring = BlockRing::new(2 * PUBLISH);
+        unsafe {
+            for i in 0..PUBLISH as u32 - 1 {
+                ring.push_at(ring.len(), i);
+            }
+            assert_eq!(ring.pending(), PUBLISH - 1);
+            assert_eq!(ring.pending_published(), 0, "nothing published before {PUBLISH} entries");
+            let mut seen = 0;
+            ring.take_published(usize::MAX, |recs| {
+                seen = recs.len();
+                seen
+            });
+            assert_eq!(seen, 0);
+            ring.push_at(ring.len(), 999);
+            assert_eq!(ring.pending_published(), PUBLISH);
+            ring.take_published(10, |recs| {
+                assert_eq!(recs[..3], [0, 1, 2]);
+                10
+            });
+            assert_eq!((ring.consumed(), ring.pending_published()), (10, PUBLISH - 10));
+            // The producer's own consumption takes the rest, published or not, and starts over.
+            ring.push_at(ring.len(), 1000);
+            let mut rest = Vec::new();
+            ring.take_own(|recs| rest.extend_from_slice(recs));
+            assert_eq!((rest.len(), rest[0], *rest.last().unwrap()), (PUBLISH + 1 - 10, 10, 1000));
+            assert_eq!((ring.len(), ring.pending_published(), ring.consumed()), (0, 0, 0));
+        }
+    }
+
+    #[test]
+    fn a_grant_lets_the_producer_go_on_until_its_own_consumption_resets_it() {
+        let ring = BlockRing::<u8>::new(100);
+        assert_eq!(ring.granted(), 0);
+        ring.grant(40);
+        // The largest grant counts (each is a bound computed from a state the entries passed).
+        ring.grant(30);
+        assert_eq!(ring.granted(), 40);
+        // Never past the capacity.
+        ring.grant(1000);
+        assert_eq!(ring.granted(), 100);
+        unsafe { ring.take_own(|_| {}) };
+        assert_eq!(ring.granted(), 0, "a grant belongs to the entries before the producer consumed");
+    }
+
+    #[test]
     fn flush_request_is_cleared_by_the_producers_consumption() {
         let ring = BlockRing::<u8>::new(2);
         assert!(!ring.flush_wanted());
