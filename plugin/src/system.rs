@@ -27,20 +27,21 @@ use pttrace_core::cs_base;
 use pttrace_core::cs_cache::{self, CsLoad};
 use pttrace_core::cpuid::NativeLeaves;
 use pttrace_core::msr_map::MsrMap;
-use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
+use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
-use pttrace_core::lbr::{self, BranchRecorder, LbrStack};
+use pttrace_core::lbr::{BranchRecorder, LbrStack};
 use pttrace_core::pmu::{tally::RetirementTally, Pmu, PmuCaps, PmuProfile, Retired};
 use pttrace_core::pt::msr::{RtitMsrs, WriteEffect};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
-use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
+use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_cpu::output::OutputHandoff;
+use pttrace_core::system_cpu::retire::{BtsUnit, CountingSink, Retire};
 use pttrace_core::system_cpu::{self, rdmsr::Rdmsr, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, MsrInsn, Reg, SystemCpu};
-use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RecordedBlock, RetireSink, SysBlock, SystemFlow};
+use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RecordedBlock, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
 use std::fmt::Write as _;
@@ -74,224 +75,6 @@ const MSR_X2APIC_DFR: u64 = 0x80E;
 /// xAPIC registers (default base 0xFEE00000): LVT performance-counter entry and ICR low.
 const APIC_LVTPC: u64 = 0xFEE0_0340;
 const APIC_ICR_LOW: u64 = 0xFEE0_0300;
-
-/// Retirement events fanned out to the Intel PT tracer and the Branch Trace Store. BTS records
-/// are written into guest linear memory right here, in vCPU context.
-struct Retire<'a> {
-    pt: &'a mut Tracer,
-    /// The Atom RTIT tracer (`profile=silvermont`).
-    rtit: Option<&'a mut RtitTracer>,
-    bts: &'a mut BranchTraceStore,
-    /// A BTS record reached the interrupt threshold: raise the DS interrupt after the event.
-    bts_pmi: bool,
-    /// The performance counters (told about retirements only while one counts; the caller
-    /// asks `take_pmi` afterwards).
-    pmu: &'a mut Pmu,
-    /// The LBR stack while it records (DEBUGCTL.LBR = 1, or IA32_LBR_CTL.LBREn = 1 with Arch
-    /// LBR, and not frozen); None from the moment a retirement requests a PMI with
-    /// FREEZE_LBRS_ON_PMI (`Pmu::lbr_freeze_requested`).
-    lbr: Option<&'a mut dyn BranchRecorder>,
-    /// The emulated core clock while the LBRs record (`System::core_clock`, read once per
-    /// block): the LBR records' cycle counts (LBR_INFO[15:0] CYC_CNT).
-    lbr_clock: u64,
-    /// The instruction that just retired requested that freeze: its own branch record (which
-    /// follows its retirement) is the last one.
-    lbr_freeze_after: bool,
-    /// Where the instruction that triggered a due PEBS record is noted (its EventingIP).
-    pebs_eventing: &'a mut Option<u64>,
-}
-
-impl RetireSink for Retire<'_> {
-    fn mode(&self) -> ExecMode {
-        self.pt.context().mode
-    }
-    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
-        if let Some(l) = self.lbr.as_deref_mut() {
-            lbr::near_branch(l, kind, ip, nlip, next, self.pt.context().cpl, self.lbr_clock);
-        }
-        self.lbr_freeze_now();
-        self.pt.branch(ip, nlip, kind, next);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.branch(ip, nlip, kind, next);
-        }
-        if self.bts.active() {
-            let ctx = self.pt.context();
-            self.bts_pmi |= self.bts.on_branch(&mut LinearMem, ip, nlip, kind, next, ctx).pmi;
-        }
-    }
-    fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
-        if let Some(l) = self.lbr.as_deref_mut() {
-            // Far transfers are not predicted by the static model (`bts::prediction`).
-            l.record(Some(BranchKind::Far(kind)), ip, next, to.cpl, true, self.lbr_clock);
-        }
-        self.lbr_freeze_now();
-        if kind == FarKind::Iret && self.pt.event_en() {
-            // Event Trace: CFE(IRET) and FUP(the IRET) before the middle packets and TIP.
-            self.pt.cfe_iret(ip);
-        }
-        self.pt.far_transfer(kind, next, to);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.far_transfer(ip, nlip, kind, next, to);
-        }
-        if self.bts.active() {
-            self.bts_pmi |= self.bts.on_far_transfer(&mut LinearMem, ip, kind, next, to).pmi;
-        }
-    }
-    fn mov_cr3(&mut self, next: u64, cr3: u64) {
-        self.pt.mov_cr3(next, cr3);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.mov_cr3(next, cr3);
-        }
-    }
-    fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
-        if let Some(l) = self.lbr.as_deref_mut() {
-            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, to.cpl, true, self.lbr_clock);
-        }
-        self.lbr_freeze_now();
-        let why = AsyncKind::SoftwareInterrupt { ip };
-        self.pt.async_event(why, handler, to);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.software_interrupt(ip, nlip, handler, to);
-        }
-        self.bts_event(why, handler, to);
-    }
-    fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
-        // Not a record of the instruction that retired: after a freeze it requested (e.g. the
-        // PMI's own delivery).
-        self.lbr_freeze_now();
-        if let Some(l) = self.lbr.as_deref_mut() {
-            // FROM as for BTS: the faulting instruction, or the next one for an interrupt.
-            l.record(None, why.fup_ip(), handler, to.cpl, true, self.lbr_clock);
-        }
-        self.pt.async_event(why, handler, to);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.async_event(why, handler, to);
-        }
-        self.bts_event(why, handler, to);
-    }
-    fn plain_retired(&mut self, n: u64, last_ip: u64) {
-        self.lbr_freeze_now();
-        if self.pmu.active() {
-            self.pmu.retire(n, Retired::PLAIN, self.pt.context().cpl);
-            self.note_pebs(last_ip);
-            // No branch among them: nothing more is recorded once one requested a PMI.
-            self.lbr_freeze_after = self.pmu.lbr_freeze_requested();
-            self.lbr_freeze_now();
-        }
-    }
-    fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
-        self.lbr_freeze_now();
-        if self.pmu.active() {
-            self.pmu.retire(1, Retired::of(kind, ip, nlip, next), self.pt.context().cpl);
-            self.note_pebs(ip);
-            // Its own branch record (reported next) still goes in.
-            self.lbr_freeze_after = self.pmu.lbr_freeze_requested();
-        }
-    }
-}
-
-impl Retire<'_> {
-    /// A freeze requested by a retirement takes effect (FREEZE_LBRS_ON_PMI, SDM §18.4.7).
-    fn lbr_freeze_now(&mut self) {
-        if std::mem::take(&mut self.lbr_freeze_after) {
-            self.lbr = None;
-        }
-    }
-
-    /// A PEBS record became due with the instruction at `ip` (exact when the instructions were
-    /// reported one by one, see `Pmu::pebs_within`).
-    fn note_pebs(&mut self, ip: u64) {
-        if self.pmu.pebs_due() && self.pebs_eventing.is_none() {
-            *self.pebs_eventing = Some(ip);
-        }
-    }
-
-    /// The BTS record of an interrupt, exception or INT n.
-    fn bts_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
-        if self.bts.active() {
-            self.bts_pmi |= self.bts.on_async(&mut LinearMem, why, handler, to).pmi;
-        }
-    }
-}
-
-/// The retirement events of blocks recorded while only the counters and the LBRs see blocks
-/// (`Shared::run_recorded_counting`): instructions go to a tally added to the counters at the
-/// end of the run (`RetirementTally`), taken near branches to the LBRs as they come; anything
-/// else (not expected in such a run: far transfers and events end it) commits the tally first
-/// and goes to `Retire`.
-struct CountingSink<'a> {
-    inner: Retire<'a>,
-    tally: RetirementTally,
-    cpl: u8,
-    /// The last near branch, not yet reported to `inner`: with TraceEn = 0 and no BTS or
-    /// RTIT (`record_budget`) a branch only sets the tracer's resume IP (`Tracer::branch`), so
-    /// the last one of the run is the one that counts.
-    branch: Option<(u64, u64, BranchKind, u64)>,
-    /// The LBRs while they record (kept here, not in `inner`, so that the deferred branch is
-    /// not recorded twice; lent to `inner` for the general events). No freeze can happen in the
-    /// run: no counter with INT overflows in it (`Pmu::blocks_before_pmi`).
-    lbr: Option<&'a mut dyn BranchRecorder>,
-    /// The core clock at the start of the block whose branch into it is reported next (see
-    /// `run_recorded_counting`).
-    lbr_clock: u64,
-}
-
-impl RetireSink for CountingSink<'_> {
-    fn mode(&self) -> ExecMode {
-        self.inner.mode()
-    }
-    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
-        if let Some(l) = self.lbr.as_deref_mut() {
-            lbr::near_branch(l, kind, ip, nlip, next, self.cpl, self.lbr_clock);
-        }
-        self.branch = Some((ip, nlip, kind, next));
-    }
-    fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
-        self.commit();
-        self.lend_lbr(|inner| inner.far_transfer(ip, nlip, kind, next, to));
-        self.cpl = self.inner.pt.context().cpl;
-    }
-    fn mov_cr3(&mut self, next: u64, cr3: u64) {
-        self.commit();
-        self.inner.mov_cr3(next, cr3);
-        self.cpl = self.inner.pt.context().cpl;
-    }
-    fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
-        self.commit();
-        self.lend_lbr(|inner| inner.software_interrupt(ip, nlip, handler, to));
-        self.cpl = self.inner.pt.context().cpl;
-    }
-    fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
-        self.commit();
-        self.lend_lbr(|inner| inner.async_event(why, handler, to));
-        self.cpl = self.inner.pt.context().cpl;
-    }
-    fn plain_retired(&mut self, n: u64, _last_ip: u64) {
-        self.tally.plain(n);
-    }
-    fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
-        self.tally.one(Retired::of(kind, ip, nlip, next), self.inner.pmu, self.cpl);
-    }
-}
-
-impl<'a> CountingSink<'a> {
-    /// `f` reports to `inner` with the LBRs (at this block's clock); a freeze it causes sticks.
-    fn lend_lbr(&mut self, f: impl FnOnce(&mut Retire<'a>)) {
-        self.inner.lbr = self.lbr.take();
-        self.inner.lbr_clock = self.lbr_clock;
-        f(&mut self.inner);
-        self.lbr = self.inner.lbr.take();
-    }
-
-    /// Add the tally to the counters, at the CPL it was counted at (a PMI it asks for is left
-    /// pending for `take_pmi`).
-    fn commit(&mut self) {
-        if let Some((ip, nlip, kind, next)) = self.branch.take() {
-            self.inner.branch(ip, nlip, kind, next);
-        }
-        self.tally.commit(self.inner.pmu, self.cpl);
-    }
-}
 
 /// The core clock across a run of recorded blocks (`Shared::run_recorded_counting`): it
 /// advances from `start` in proportion to the instructions retired (`per_insn`: clocks per
@@ -463,8 +246,8 @@ struct Vcpu {
     /// (`run_recorded_counting`).
     record_clock: u64,
     output: OutputUnit,
-    /// Branch Trace Store (IA32_DEBUGCTL, IA32_DS_AREA).
-    bts: BranchTraceStore,
+    /// Branch Trace Store (IA32_DEBUGCTL, IA32_DS_AREA), writing through QEMU.
+    bts: BtsUnit<LinearMem>,
     /// Atom RTIT (`profile=silvermont`); its output region is written by `drain`.
     rtit: Option<RtitTracer>,
     /// The output unit accepted the current TraceEn=1 configuration.
@@ -1248,7 +1031,7 @@ impl Shared {
             cycle_clock: None,
             record_clock: 0,
             output: OutputUnit::new(caps),
-            bts: BranchTraceStore::new(self.opts.dtes64),
+            bts: BtsUnit::new(BranchTraceStore::new(self.opts.dtes64), LinearMem),
             rtit: self.opts.rtit.then(|| {
                 // With buffer=, the RTIT internal buffer has that capacity and overflows
                 // (RTIT_STATUS.Buffer_Overflow, FUP.BuffOvf: seed 002 §4.2.5) when the drain

@@ -17,12 +17,15 @@
 //!   the internal-buffer models' drain credit.
 //! - [`rdpmc`]: RDPMC, which QEMU's TCG does not implement (it raises #UD): completed from the
 //!   PMU, or re-delivered as the #GP(0) hardware raises.
+//! - [`retire`]: the retirement events of executed blocks fanned out to Intel PT, RTIT, BTS, the
+//!   LBRs and the counters.
 
 pub mod cpuid;
 pub mod event;
 pub mod output;
 pub mod rdmsr;
 pub mod rdpmc;
+pub mod retire;
 pub mod wrmsr;
 
 use crate::arch_lbr::ArchLbr;
