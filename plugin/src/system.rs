@@ -38,6 +38,7 @@ use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
+use pttrace_core::system_cpu::clock::{self, BatchClock, CycleClock};
 use pttrace_core::system_cpu::output::OutputHandoff;
 use pttrace_core::system_cpu::retire::{BtsUnit, CountingSink, Retire};
 use pttrace_core::system_cpu::{self, rdmsr::Rdmsr, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, MsrInsn, Reg, SystemCpu};
@@ -75,29 +76,6 @@ const MSR_X2APIC_DFR: u64 = 0x80E;
 /// xAPIC registers (default base 0xFEE00000): LVT performance-counter entry and ICR low.
 const APIC_LVTPC: u64 = 0xFEE0_0340;
 const APIC_ICR_LOW: u64 = 0xFEE0_0300;
-
-/// The core clock across a run of recorded blocks (`Shared::run_recorded_counting`): it
-/// advances from `start` in proportion to the instructions retired (`per_insn`: clocks per
-/// instruction in 32.32 fixed point), of which the block before the run retired `before`.
-#[derive(Clone, Copy)]
-struct BatchClock {
-    start: u64,
-    per_insn: u128,
-    before: u64,
-}
-
-impl BatchClock {
-    /// `span` clocks from `start` over `total` instructions.
-    fn new(start: u64, span: u64, before: u64, total: u64) -> Self {
-        BatchClock { start, per_insn: (u128::from(span) << 32) / u128::from(total.max(1)), before }
-    }
-
-    /// The clock once `retired` of the instructions have retired.
-    #[inline]
-    fn at(&self, retired: u64) -> u64 {
-        self.start.wrapping_add((u128::from(retired) * self.per_insn >> 32) as u64)
-    }
-}
 
 struct BlockInfo {
     pc: u64,
@@ -240,7 +218,7 @@ struct Vcpu {
     /// (so that it is taken right after the block): the overflow itself raises no second one.
     pmi_prearmed: bool,
     /// The guest clock when cycles were last counted (None: not counting cycles).
-    cycle_clock: Option<u64>,
+    cycle_clock: CycleClock,
     /// The core clock when the block callback was last allowed to record with the LBRs on
     /// (`with_vcpu`): where the clock of the recorded blocks' LBR records starts
     /// (`run_recorded_counting`).
@@ -1028,7 +1006,7 @@ impl Shared {
             pmi_prearmed: false,
             pebs_eventing: None,
             pebs_stats: [0; 3],
-            cycle_clock: None,
+            cycle_clock: CycleClock::default(),
             record_clock: 0,
             output: OutputUnit::new(caps),
             bts: BtsUnit::new(BranchTraceStore::new(self.opts.dtes64), LinearMem),
@@ -1705,17 +1683,9 @@ impl Shared {
     /// Cycles of the emulated clock since they were last counted go to the cycle counters (at
     /// block granularity: the clock is read per block).
     fn count_cycles(&self, v: &mut Vcpu) {
-        if !v.pmu.counts_cycles() {
-            v.cycle_clock = None;
-            return;
-        }
-        let now = self.core_clock(v);
-        if let Some(before) = v.cycle_clock.replace(now) {
-            let cpl = v.tracer.context().cpl;
-            v.pmu.cycles(now.saturating_sub(before), cpl);
-            if v.pmu.take_pmi() {
-                Self::deliver_pmi();
-            }
+        let (cpl, index) = (v.tracer.context().cpl, v.index);
+        if v.cycle_clock.count(&mut v.pmu, cpl, || self.guest_tsc(index)) {
+            Self::deliver_pmi();
         }
     }
 
@@ -1794,7 +1764,7 @@ impl Shared {
         let rflags = r("eflags");
         let ds = DsFormat::select(v.bts.dtes64(), lma);
         let Some(mut f) = PebsFormat::select(ds, fmt) else { return };
-        let tsc = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
+        let tsc = self.core_clock(v);
         let status = f.status_field(v.pmu.global_status(), applicable);
         let mut state = PebsState { rflags, ip, gprs, status, eventing_ip, tsc, ..Default::default() };
         if let PebsFormat::Adaptive { groups } = &mut f {
@@ -1837,26 +1807,31 @@ impl Shared {
     }
 
     /// The emulated core clock (what CPU_CLK_UNHALTED counts and the LBR records' cycle counts
-    /// measure): the guest's TSC.
+    /// measure): the guest's TSC (`pttrace_core::system_cpu::clock`).
     fn core_clock(&self, v: &Vcpu) -> u64 {
-        self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed))
+        self.guest_tsc(v.index)
     }
 
-    /// The clock behind the guest's TSC: the host TSC, or under `-icount shift=N` the vCPU's
-    /// instruction count << N (QEMU's virtual nanoseconds), or the instruction count on hosts
-    /// without a TSC.
+    /// The guest's TSC of vCPU `index` now.
+    #[inline]
+    fn guest_tsc(&self, index: u32) -> u64 {
+        clock::guest_tsc(self.raw_clock_of(index), self.tsc_offset.load(Ordering::Relaxed))
+    }
+
+    /// The clock behind the guest's TSC (`clock::raw_clock`), from QEMU's instruction count of
+    /// the vCPU and the host TSC.
     fn raw_clock(&self, v: &Vcpu) -> u64 {
-        let insns = self.insns.get(v.index);
-        match (self.icount_shift, host_tsc()) {
-            (Some(shift), _) => insns << shift,
-            (None, Some(host)) => host,
-            (None, None) => insns,
-        }
+        self.raw_clock_of(v.index)
+    }
+
+    #[inline]
+    fn raw_clock_of(&self, index: u32) -> u64 {
+        clock::raw_clock(self.icount_shift, self.insns.get(index), host_tsc())
     }
 
     /// The guest's TSC now (see `host_tsc`): packets generated from here on carry this time.
     fn update_tsc(&self, v: &mut Vcpu) {
-        let tsc = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
+        let tsc = self.core_clock(v);
         v.tracer.set_tsc(tsc);
         if let Some(r) = v.rtit.as_mut() {
             r.set_tsc(tsc);
@@ -1976,10 +1951,7 @@ impl Shared {
         }
         if let Some(host) = v.pending.rdtsc.take() {
             if let (Some(lo), Some(hi)) = (v.regs.get("rax"), v.regs.get("rdx")) {
-                // QEMU keeps one offset for all vCPUs, but corrects it to keep the guest TSC
-                // monotonic (cpu_get_ticks), so the latest observation is the best estimate
-                // (late only by the time since the RDTSC ran).
-                let offset = host.wrapping_sub((hi << 32) | (lo & 0xFFFF_FFFF));
+                let offset = clock::tsc_offset_from_rdtsc(host, lo, hi);
                 self.tsc_offset.store(offset, Ordering::Relaxed);
                 self.tsc_offset_known.store(true, Ordering::Relaxed);
             }
@@ -2053,7 +2025,7 @@ impl Shared {
                 // CPU_CLK_UNHALTED: cycles up to the HLT count, the halted time does not (the
                 // clock restarts at the next block, after the wake-up).
                 self.count_to(v, ip);
-                v.cycle_clock = None;
+                v.cycle_clock.stop();
                 // Power event trace: the core enters C1 until an interrupt (`on_discon` sends
                 // the PWRX). Before `store_held`: the packets reach memory during the halt.
                 v.tracer.halt(ip);
@@ -2467,19 +2439,16 @@ extern "C" fn discon(_id: qemu_plugin::sys::qemu_plugin_id_t, vcpu: u32, ty: i32
     }
 }
 
-/// Single-threaded TCG (`-accel tcg,thread=single`, or `-icount`) shares translated blocks between
-/// vCPUs and QEMU 10.2 then passes the translating vCPU's index to execute callbacks
-/// (accel/tcg/plugin-gen.c gen_cpu_index without CF_PARALLEL), so per-vCPU state would mix.
-/// `-icount N` / `-icount shift=N[,...]` with a fixed shift (not `auto`).
+/// QEMU's `-icount` shift (`clock::icount_shift`), from its command line.
 fn icount_shift() -> Option<u32> {
     let cmdline = std::fs::read("/proc/self/cmdline").ok()?;
     let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    let i = args.iter().position(|a| a == "-icount" || a == "--icount")?;
-    let v = args.get(i + 1)?;
-    let shift = v.split(',').find_map(|p| p.strip_prefix("shift=")).unwrap_or(v.split(',').next()?);
-    shift.parse().ok().filter(|s: &u32| *s < 32)
+    clock::icount_shift(&args)
 }
 
+/// Single-threaded TCG (`-accel tcg,thread=single`, or `-icount`) shares translated blocks between
+/// vCPUs and QEMU 10.2 then passes the translating vCPU's index to execute callbacks
+/// (accel/tcg/plugin-gen.c gen_cpu_index without CF_PARALLEL), so per-vCPU state would mix.
 fn single_threaded_tcg() -> bool {
     let Ok(cmdline) = std::fs::read("/proc/self/cmdline") else { return false };
     let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();

@@ -6,6 +6,7 @@
 //! the retired instructions before an instruction, storing held-back output) are reached through
 //! a small trait, [`GuestPort`]; the plugin implements it with QEMU calls, the tests with a fake.
 //!
+//! - [`clock`]: the guest's TSC and the core clock the cycle counters and the LBRs measure.
 //! - [`cpuid`]: CPUID: the profile's answer written over QEMU's.
 //! - [`event`]: what an interrupt's or exception's delivery tells Event Trace.
 //! - [`wrmsr`]: WRMSR (SDM Vol. 4 MSR map; Vol. 3C §33.2.8 IA32_RTIT_CTL, Vol. 3B §20.2 PMU).
@@ -20,6 +21,7 @@
 //! - [`retire`]: the retirement events of executed blocks fanned out to Intel PT, RTIT, BTS, the
 //!   LBRs and the counters.
 
+pub mod clock;
 pub mod cpuid;
 pub mod event;
 pub mod output;
