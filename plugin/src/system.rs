@@ -39,6 +39,7 @@ use pttrace_core::pt::rtit_ctl::RtitCtl;
 use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
 use pttrace_core::system_cpu::clock::{self, BatchClock, CycleClock};
+use pttrace_core::system_cpu::discontinuity::{self, Discontinuity};
 use pttrace_core::system_cpu::output::OutputHandoff;
 use pttrace_core::system_cpu::retire::{BtsUnit, CountingSink, Retire};
 use pttrace_core::system_cpu::{self, rdmsr::Rdmsr, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, MsrInsn, Reg, SystemCpu};
@@ -2101,27 +2102,22 @@ impl Shared {
                 v.regs.set("rdx", rdx);
             }
             let mut to = to;
-            if ty & DISCON_EXCEPTION == 0 && v.exception_pending {
-                if let Some((ip, len)) = v.pending.rdpmc.take() {
-                    if from == ip {
-                        match sh.complete_rdpmc(v, ip + len) {
-                            RdpmcOutcome::Completed => {
-                                v.exception_pending = false;
-                                v.flow.exception_cancelled();
-                                return;
-                            }
-                            RdpmcOutcome::Gp(handler) => to = handler,
-                            RdpmcOutcome::Unchanged => {}
-                        }
-                    }
+            match discontinuity::classify(ty & DISCON_EXCEPTION != 0, v.exception_pending, &mut v.pending.rdpmc, from) {
+                Discontinuity::Announced => {
+                    v.flow.exception_announced();
+                    v.exception_pending = true;
+                    return;
                 }
-            }
-            if ty & DISCON_EXCEPTION != 0 {
-                // Announced before delivery; its `from` can be stale (QEMU computes it before
-                // restoring the guest state), the delivery callback that follows is exact.
-                v.flow.exception_announced();
-                v.exception_pending = true;
-                return;
+                Discontinuity::RdpmcUd { resume } => match sh.complete_rdpmc(v, resume) {
+                    RdpmcOutcome::Completed => {
+                        v.exception_pending = false;
+                        v.flow.exception_cancelled();
+                        return;
+                    }
+                    RdpmcOutcome::Gp(handler) => to = handler,
+                    RdpmcOutcome::Unchanged => {}
+                },
+                Discontinuity::Delivered => {}
             }
             // The ground truth lists retired instructions: a faulting instruction and an INT n /
             // INT3 do not retire before the event (PT reports them with a FUP at their own
@@ -2140,12 +2136,7 @@ impl Shared {
             if let Some(t) = v.truth.as_mut() {
                 let _ = writeln!(crate::user::HexLine(t), "#event {from:x} {to:x}");
             }
-            sh.update_tsc(v);
-            // An interrupt ends a HLT's C1 (power event trace: PWRX before the interrupt's FUP
-            // and TIP; nothing unless a PWRE was sent).
-            v.tracer.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
-            // Event Trace: the vector, CR2 and RFLAGS.IF (`pttrace_core::system_cpu::event`).
-            system_cpu::event::delivered(&mut QemuPort::new(sh, v), to, exception);
+            discontinuity::before_delivery(&mut QemuPort::new(sh, v), to, exception);
             // The event loads CS (the handler's) with the current IA32_EFER.LMA.
             v.cs_load.loaded(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
             // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
@@ -2153,8 +2144,6 @@ impl Shared {
             let last_started = sh.last_started.take(vcpu, u64::MAX);
             let lbr_on = sh.lbr_recording(v);
             let lbr_clock = if lbr_on { sh.core_clock(v) } else { 0 };
-            // The interrupted code's CPL (the tracer's context until the flow delivers).
-            let from_cpl = v.tracer.context().cpl;
             let mut sink = Retire {
                 pt: &mut v.tracer,
                 rtit: v.rtit.as_mut(),
@@ -2166,25 +2155,17 @@ impl Shared {
                 lbr_freeze_after: false,
                 pebs_eventing: &mut v.pebs_eventing,
             };
-            // The handler's code segment (real mode: the IVT's CS) for the event's TIP; with
-            // TraceEn = 0 no IP payload depends on it (the handler's block sets it).
-            if sink.pt.trace_en() {
-                // QEMU reports the handler's linear address; RIP holds its offset. In IA-32e mode
-                // (known from the interrupted code) the handler is 64-bit code: base 0, no read.
-                let ia32e = sink.pt.context().mode == ExecMode::Bit64
-                    || v.mode_regs.is_some_and(|(_, _, efer)| efer & (1 << 10) != 0);
-                let base = if ia32e { 0 } else { cs_base::base_at_event(to, v.regs.get("rip").unwrap_or(to)) };
-                sink.pt.stage_ip_base(sh.ip_base(base));
-            }
-            v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
+            let lma = v.mode_regs.is_some_and(|(_, _, efer)| efer & (1 << 10) != 0);
+            let (lip, regs) = (sh.opts.caps.lip, &v.regs);
+            let handler_base = |t: &Tracer| discontinuity::handler_ip_base(t.context().mode, lma, lip, to, || regs.get("rip").unwrap_or(to));
+            let seen = discontinuity::deliver(&mut v.flow, &mut sink, &mut cpu, from, to, last_started, handler_base);
             // The event loaded CS (the handler's): a mode proven for the interrupted code is
             // gone, also when the handler's blocks run unseen.
             v.proven = None;
-            if sink.bts_pmi {
+            if seen.bts_pmi {
                 Self::deliver_pmi();
             }
-            if v.pmu.pebs_due_at(from_cpl) {
-                // The instruction before an interrupt triggered it; `from` is the next one.
+            if seen.pebs_due {
                 sh.pebs_record(v, from);
             }
             let pmu_pmi = v.pmu.take_pmi();

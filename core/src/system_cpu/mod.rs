@@ -8,6 +8,7 @@
 //!
 //! - [`clock`]: the guest's TSC and the core clock the cycle counters and the LBRs measure.
 //! - [`cpuid`]: CPUID: the profile's answer written over QEMU's.
+//! - [`discontinuity`]: an interrupt or exception QEMU reports: what it is, what the units see.
 //! - [`event`]: what an interrupt's or exception's delivery tells Event Trace.
 //! - [`wrmsr`]: WRMSR (SDM Vol. 4 MSR map; Vol. 3C §33.2.8 IA32_RTIT_CTL, Vol. 3B §20.2 PMU).
 //! - [`rdmsr`]: RDMSR: the decision before it executes (the model's MSR, #GP(0)) and EDX:EAX
@@ -23,6 +24,7 @@
 
 pub mod clock;
 pub mod cpuid;
+pub mod discontinuity;
 pub mod event;
 pub mod output;
 pub mod rdmsr;
