@@ -975,3 +975,32 @@ fn without_event_en_or_a_gate_at_the_handler_no_vector_is_reported() {
     let p = iret_then_event_packets(&mut f, AsyncKind::Interrupt { resume_ip: 0x40_2000 }, 0xFFFF_FFFF_8100_9990);
     assert_eq!(event_view(p), [CFE_IRET, IF_1]);
 }
+
+// The delivery of an interrupt (`system_cpu::discontinuity::before_delivery`) ---------------------
+
+#[test]
+fn an_interrupt_that_ends_a_hlt_sends_pwrx_and_event_trace_before_its_fup_and_tip_at_the_delivery_time() {
+    use pttrace_core::system_cpu::discontinuity;
+    // Event Trace as above, with IA32_RTIT_CTL[4] PwrEvtEn; the timer's frame holds IF = 1.
+    let map = MsrMap { caps: PtCaps::SAPPHIRE_RAPIDS, ..skylake() };
+    let mut f = event_tracing(true, &[0x40_2000, 0x10, 0x246, 0x7F00, 0x18]);
+    let ctl = CTL_TRACE_OS_BRANCHES | (1 << 31) | (1 << 4);
+    f.wrmsr(&map, IA32_RTIT_CTL, 0, 0x40_1000);
+    assert_eq!(f.wrmsr(&map, IA32_RTIT_CTL, ctl, 0x40_1000), Wrmsr::Pt(WriteEffect::TraceEnabled));
+    f.tracer.set_tsc(5);
+    f.tracer.halt(0x40_1FFF);
+    f.tracer.clear_output();
+    discontinuity::before_delivery(&mut f, TIMER_HANDLER, false);
+    assert_eq!(f.tracer.tsc(), 1_000_000, "the port's guest TSC at the delivery");
+    f.tracer.async_event(AsyncKind::Interrupt { resume_ip: 0x40_2000 }, TIMER_HANDLER, Context::KERNEL64);
+    let p: Vec<Packet> = PacketDecoder::new(f.tracer.output()).map(|d| d.expect("decodes").packet).collect();
+    let wake = p.iter().position(|x| matches!(x, Packet::Pwrx { .. })).expect("PWRX");
+    let cfe = p.iter().position(|x| matches!(x, Packet::Cfe { vector: 0x40, .. })).expect("CFE(INTR, 40H)");
+    let fup = p.iter().position(|x| matches!(x, Packet::Fup(_))).expect("FUP");
+    assert!(wake < cfe && cfe < fup, "{p:?}");
+    // Nothing woke without a HLT: no second PWRX.
+    f.tracer.clear_output();
+    discontinuity::before_delivery(&mut f, TIMER_HANDLER, false);
+    f.tracer.async_event(AsyncKind::Interrupt { resume_ip: 0x40_2000 }, TIMER_HANDLER, Context::KERNEL64);
+    assert!(!PacketDecoder::new(f.tracer.output()).any(|d| matches!(d.expect("decodes").packet, Packet::Pwrx { .. })));
+}

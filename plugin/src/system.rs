@@ -28,21 +28,24 @@ use pttrace_core::cs_base;
 use pttrace_core::cs_cache::{self, CsLoad};
 use pttrace_core::cpuid::NativeLeaves;
 use pttrace_core::msr_map::MsrMap;
-use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, FarKind, ModeSet, SystemOp};
+use pttrace_core::insn_class::{may_change_mode, choose_mode, classify, consistent_modes, loads_branch_target, memory_operand, operand_linear_address, pseudo_descriptor_base_len, system_op, BranchKind, ClassifiedInsn, ModeSet, SystemOp};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::arch_lbr::{ArchLbr, ArchLbrCaps};
-use pttrace_core::lbr::{self, BranchRecorder, LbrStack};
+use pttrace_core::lbr::{BranchRecorder, LbrStack};
 use pttrace_core::pmu::{tally::RetirementTally, Pmu, PmuCaps, PmuProfile, Retired};
 use pttrace_core::pt::msr::{RtitMsrs, WriteEffect};
 use pttrace_core::pt::output::OutputUnit;
 use pttrace_core::pt::output_bound;
 use pttrace_core::pt::packet::ExecMode;
 use pttrace_core::pt::rtit_ctl::RtitCtl;
-use pttrace_core::pt::tracer::{AsyncKind, Context, TraceConfig, Tracer};
+use pttrace_core::pt::tracer::{Context, TraceConfig, Tracer};
 use pttrace_core::rtit::tracer::{RtitOptions, RtitTracer};
+use pttrace_core::system_cpu::clock::{self, BatchClock, CycleClock};
+use pttrace_core::system_cpu::discontinuity::{self, Discontinuity};
 use pttrace_core::system_cpu::output::OutputHandoff;
+use pttrace_core::system_cpu::retire::{BtsUnit, CountingSink, Retire};
 use pttrace_core::system_cpu::{self, rdmsr::Rdmsr, rdpmc::Rdpmc as RdpmcOutcome, wrmsr::Wrmsr, GuestPort, MsrInsn, Reg, SystemCpu};
-use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RecordedBlock, RetireSink, SysBlock, SystemFlow};
+use pttrace_core::system_flow::{mode_slot, successor_pc, CpuView, RecordedBlock, SysBlock, SystemFlow};
 use qemu_plugin::install::Args;
 use qemu_plugin::{CallbackFlags, PluginId, TranslationBlock, VCPUIndex};
 use std::fmt::Write as _;
@@ -87,247 +90,6 @@ const MSR_X2APIC_DFR: u64 = 0x80E;
 /// xAPIC registers (default base 0xFEE00000): LVT performance-counter entry and ICR low.
 const APIC_LVTPC: u64 = 0xFEE0_0340;
 const APIC_ICR_LOW: u64 = 0xFEE0_0300;
-
-/// Retirement events fanned out to the Intel PT tracer and the Branch Trace Store. BTS records
-/// are written into guest linear memory right here, in vCPU context.
-struct Retire<'a> {
-    pt: &'a mut Tracer,
-    /// The Atom RTIT tracer (`profile=silvermont`).
-    rtit: Option<&'a mut RtitTracer>,
-    bts: &'a mut BranchTraceStore,
-    /// A BTS record reached the interrupt threshold: raise the DS interrupt after the event.
-    bts_pmi: bool,
-    /// The performance counters (told about retirements only while one counts; the caller
-    /// asks `take_pmi` afterwards).
-    pmu: &'a mut Pmu,
-    /// The LBR stack while it records (DEBUGCTL.LBR = 1, or IA32_LBR_CTL.LBREn = 1 with Arch
-    /// LBR, and not frozen); None from the moment a retirement requests a PMI with
-    /// FREEZE_LBRS_ON_PMI (`Pmu::lbr_freeze_requested`).
-    lbr: Option<&'a mut dyn BranchRecorder>,
-    /// The emulated core clock while the LBRs record (`System::core_clock`, read once per
-    /// block): the LBR records' cycle counts (LBR_INFO[15:0] CYC_CNT).
-    lbr_clock: u64,
-    /// The instruction that just retired requested that freeze: its own branch record (which
-    /// follows its retirement) is the last one.
-    lbr_freeze_after: bool,
-    /// Where the instruction that triggered a due PEBS record is noted (its EventingIP).
-    pebs_eventing: &'a mut Option<u64>,
-}
-
-impl RetireSink for Retire<'_> {
-    fn mode(&self) -> ExecMode {
-        self.pt.context().mode
-    }
-    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
-        if let Some(l) = self.lbr.as_deref_mut() {
-            lbr::near_branch(l, kind, ip, nlip, next, self.pt.context().cpl, self.lbr_clock);
-        }
-        self.lbr_freeze_now();
-        self.pt.branch(ip, nlip, kind, next);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.branch(ip, nlip, kind, next);
-        }
-        if self.bts.active() {
-            let ctx = self.pt.context();
-            self.bts_pmi |= self.bts.on_branch(&mut LinearMem, ip, nlip, kind, next, ctx).pmi;
-        }
-    }
-    fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
-        if let Some(l) = self.lbr.as_deref_mut() {
-            // Far transfers are not predicted by the static model (`bts::prediction`).
-            l.record(Some(BranchKind::Far(kind)), ip, next, to.cpl, true, self.lbr_clock);
-        }
-        self.lbr_freeze_now();
-        if kind == FarKind::Iret && self.pt.event_en() {
-            // Event Trace: CFE(IRET) and FUP(the IRET) before the middle packets and TIP.
-            self.pt.cfe_iret(ip);
-        }
-        self.pt.far_transfer(kind, next, to);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.far_transfer(ip, nlip, kind, next, to);
-        }
-        if self.bts.active() {
-            self.bts_pmi |= self.bts.on_far_transfer(&mut LinearMem, ip, kind, next, to).pmi;
-        }
-    }
-    fn mov_cr3(&mut self, next: u64, cr3: u64) {
-        self.pt.mov_cr3(next, cr3);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.mov_cr3(next, cr3);
-        }
-    }
-    fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
-        if let Some(l) = self.lbr.as_deref_mut() {
-            l.record(Some(BranchKind::SoftwareInterrupt), ip, handler, to.cpl, true, self.lbr_clock);
-        }
-        self.lbr_freeze_now();
-        let why = AsyncKind::SoftwareInterrupt { ip };
-        self.pt.async_event(why, handler, to);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.software_interrupt(ip, nlip, handler, to);
-        }
-        self.bts_event(why, handler, to);
-    }
-    fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
-        // Not a record of the instruction that retired: after a freeze it requested (e.g. the
-        // PMI's own delivery).
-        self.lbr_freeze_now();
-        if let Some(l) = self.lbr.as_deref_mut() {
-            // FROM as for BTS: the faulting instruction, or the next one for an interrupt.
-            l.record(None, why.fup_ip(), handler, to.cpl, true, self.lbr_clock);
-        }
-        self.pt.async_event(why, handler, to);
-        if let Some(r) = self.rtit.as_deref_mut() {
-            r.async_event(why, handler, to);
-        }
-        self.bts_event(why, handler, to);
-    }
-    fn plain_retired(&mut self, n: u64, last_ip: u64) {
-        self.lbr_freeze_now();
-        if self.pmu.active() {
-            self.pmu.retire(n, Retired::PLAIN, self.pt.context().cpl);
-            self.note_pebs(last_ip);
-            // No branch among them: nothing more is recorded once one requested a PMI.
-            self.lbr_freeze_after = self.pmu.lbr_freeze_requested();
-            self.lbr_freeze_now();
-        }
-    }
-    fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
-        self.lbr_freeze_now();
-        if self.pmu.active() {
-            self.pmu.retire(1, Retired::of(kind, ip, nlip, next), self.pt.context().cpl);
-            self.note_pebs(ip);
-            // Its own branch record (reported next) still goes in.
-            self.lbr_freeze_after = self.pmu.lbr_freeze_requested();
-        }
-    }
-}
-
-impl Retire<'_> {
-    /// A freeze requested by a retirement takes effect (FREEZE_LBRS_ON_PMI, SDM §18.4.7).
-    fn lbr_freeze_now(&mut self) {
-        if std::mem::take(&mut self.lbr_freeze_after) {
-            self.lbr = None;
-        }
-    }
-
-    /// A PEBS record became due with the instruction at `ip` (exact when the instructions were
-    /// reported one by one, see `Pmu::pebs_within`).
-    fn note_pebs(&mut self, ip: u64) {
-        if self.pmu.pebs_due() && self.pebs_eventing.is_none() {
-            *self.pebs_eventing = Some(ip);
-        }
-    }
-
-    /// The BTS record of an interrupt, exception or INT n.
-    fn bts_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
-        if self.bts.active() {
-            self.bts_pmi |= self.bts.on_async(&mut LinearMem, why, handler, to).pmi;
-        }
-    }
-}
-
-/// The retirement events of blocks recorded while only the counters and the LBRs see blocks
-/// (`Shared::run_recorded_counting`): instructions go to a tally added to the counters at the
-/// end of the run (`RetirementTally`), taken near branches to the LBRs as they come; anything
-/// else (not expected in such a run: far transfers and events end it) commits the tally first
-/// and goes to `Retire`.
-struct CountingSink<'a> {
-    inner: Retire<'a>,
-    tally: RetirementTally,
-    cpl: u8,
-    /// The last near branch, not yet reported to `inner`: with TraceEn = 0 and no BTS or
-    /// RTIT (`record_budget`) a branch only sets the tracer's resume IP (`Tracer::branch`), so
-    /// the last one of the run is the one that counts.
-    branch: Option<(u64, u64, BranchKind, u64)>,
-    /// The LBRs while they record (kept here, not in `inner`, so that the deferred branch is
-    /// not recorded twice; lent to `inner` for the general events). No freeze can happen in the
-    /// run: no counter with INT overflows in it (`Pmu::blocks_before_pmi`).
-    lbr: Option<&'a mut dyn BranchRecorder>,
-    /// The core clock at the start of the block whose branch into it is reported next (see
-    /// `run_recorded_counting`).
-    lbr_clock: u64,
-}
-
-impl RetireSink for CountingSink<'_> {
-    fn mode(&self) -> ExecMode {
-        self.inner.mode()
-    }
-    fn branch(&mut self, ip: u64, nlip: u64, kind: BranchKind, next: u64) {
-        if let Some(l) = self.lbr.as_deref_mut() {
-            lbr::near_branch(l, kind, ip, nlip, next, self.cpl, self.lbr_clock);
-        }
-        self.branch = Some((ip, nlip, kind, next));
-    }
-    fn far_transfer(&mut self, ip: u64, nlip: u64, kind: FarKind, next: u64, to: Context) {
-        self.commit();
-        self.lend_lbr(|inner| inner.far_transfer(ip, nlip, kind, next, to));
-        self.cpl = self.inner.pt.context().cpl;
-    }
-    fn mov_cr3(&mut self, next: u64, cr3: u64) {
-        self.commit();
-        self.inner.mov_cr3(next, cr3);
-        self.cpl = self.inner.pt.context().cpl;
-    }
-    fn software_interrupt(&mut self, ip: u64, nlip: u64, handler: u64, to: Context) {
-        self.commit();
-        self.lend_lbr(|inner| inner.software_interrupt(ip, nlip, handler, to));
-        self.cpl = self.inner.pt.context().cpl;
-    }
-    fn async_event(&mut self, why: AsyncKind, handler: u64, to: Context) {
-        self.commit();
-        self.lend_lbr(|inner| inner.async_event(why, handler, to));
-        self.cpl = self.inner.pt.context().cpl;
-    }
-    fn plain_retired(&mut self, n: u64, _last_ip: u64) {
-        self.tally.plain(n);
-    }
-    fn last_retired(&mut self, kind: BranchKind, ip: u64, nlip: u64, next: u64) {
-        self.tally.one(Retired::of(kind, ip, nlip, next), self.inner.pmu, self.cpl);
-    }
-}
-
-impl<'a> CountingSink<'a> {
-    /// `f` reports to `inner` with the LBRs (at this block's clock); a freeze it causes sticks.
-    fn lend_lbr(&mut self, f: impl FnOnce(&mut Retire<'a>)) {
-        self.inner.lbr = self.lbr.take();
-        self.inner.lbr_clock = self.lbr_clock;
-        f(&mut self.inner);
-        self.lbr = self.inner.lbr.take();
-    }
-
-    /// Add the tally to the counters, at the CPL it was counted at (a PMI it asks for is left
-    /// pending for `take_pmi`).
-    fn commit(&mut self) {
-        if let Some((ip, nlip, kind, next)) = self.branch.take() {
-            self.inner.branch(ip, nlip, kind, next);
-        }
-        self.tally.commit(self.inner.pmu, self.cpl);
-    }
-}
-
-/// The core clock across a run of recorded blocks (`Shared::run_recorded_counting`): it
-/// advances from `start` in proportion to the instructions retired (`per_insn`: clocks per
-/// instruction in 32.32 fixed point), of which the block before the run retired `before`.
-#[derive(Clone, Copy)]
-struct BatchClock {
-    start: u64,
-    per_insn: u128,
-    before: u64,
-}
-
-impl BatchClock {
-    /// `span` clocks from `start` over `total` instructions.
-    fn new(start: u64, span: u64, before: u64, total: u64) -> Self {
-        BatchClock { start, per_insn: (u128::from(span) << 32) / u128::from(total.max(1)), before }
-    }
-
-    /// The clock once `retired` of the instructions have retired.
-    #[inline]
-    fn at(&self, retired: u64) -> u64 {
-        self.start.wrapping_add((u128::from(retired) * self.per_insn >> 32) as u64)
-    }
-}
 
 struct BlockInfo {
     pc: u64,
@@ -470,14 +232,14 @@ struct Vcpu {
     /// (so that it is taken right after the block): the overflow itself raises no second one.
     pmi_prearmed: bool,
     /// The guest clock when cycles were last counted (None: not counting cycles).
-    cycle_clock: Option<u64>,
+    cycle_clock: CycleClock,
     /// The core clock when the block callback was last allowed to record with the LBRs on
     /// (`with_vcpu`): where the clock of the recorded blocks' LBR records starts
     /// (`run_recorded_counting`).
     record_clock: u64,
     output: OutputUnit,
-    /// Branch Trace Store (IA32_DEBUGCTL, IA32_DS_AREA).
-    bts: BranchTraceStore,
+    /// Branch Trace Store (IA32_DEBUGCTL, IA32_DS_AREA), writing through QEMU.
+    bts: BtsUnit<LinearMem>,
     /// Atom RTIT (`profile=silvermont`); its output region is written by `drain`.
     rtit: Option<RtitTracer>,
     /// The output unit accepted the current TraceEn=1 configuration.
@@ -1310,10 +1072,10 @@ impl Shared {
             pmi_prearmed: false,
             pebs_eventing: None,
             pebs_stats: [0; 3],
-            cycle_clock: None,
+            cycle_clock: CycleClock::default(),
             record_clock: 0,
             output: OutputUnit::new(caps),
-            bts: BranchTraceStore::new(self.opts.dtes64),
+            bts: BtsUnit::new(BranchTraceStore::new(self.opts.dtes64), LinearMem),
             rtit: self.opts.rtit.then(|| {
                 // With buffer=, the RTIT internal buffer has that capacity and overflows
                 // (RTIT_STATUS.Buffer_Overflow, FUP.BuffOvf: seed 002 §4.2.5) when the drain
@@ -2008,17 +1770,9 @@ impl Shared {
     /// Cycles of the emulated clock since they were last counted go to the cycle counters (at
     /// block granularity: the clock is read per block).
     fn count_cycles(&self, v: &mut Vcpu) {
-        if !v.pmu.counts_cycles() {
-            v.cycle_clock = None;
-            return;
-        }
-        let now = self.core_clock(v);
-        if let Some(before) = v.cycle_clock.replace(now) {
-            let cpl = v.tracer.context().cpl;
-            v.pmu.cycles(now.saturating_sub(before), cpl);
-            if v.pmu.take_pmi() {
-                Self::deliver_pmi();
-            }
+        let (cpl, index) = (v.tracer.context().cpl, v.index);
+        if v.cycle_clock.count(&mut v.pmu, cpl, || self.guest_tsc(index)) {
+            Self::deliver_pmi();
         }
     }
 
@@ -2097,7 +1851,7 @@ impl Shared {
         let rflags = r("eflags");
         let ds = DsFormat::select(v.bts.dtes64(), lma);
         let Some(mut f) = PebsFormat::select(ds, fmt) else { return };
-        let tsc = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
+        let tsc = self.core_clock(v);
         let status = f.status_field(v.pmu.global_status(), applicable);
         let mut state = PebsState { rflags, ip, gprs, status, eventing_ip, tsc, ..Default::default() };
         if let PebsFormat::Adaptive { groups } = &mut f {
@@ -2140,26 +1894,31 @@ impl Shared {
     }
 
     /// The emulated core clock (what CPU_CLK_UNHALTED counts and the LBR records' cycle counts
-    /// measure): the guest's TSC.
+    /// measure): the guest's TSC (`pttrace_core::system_cpu::clock`).
     fn core_clock(&self, v: &Vcpu) -> u64 {
-        self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed))
+        self.guest_tsc(v.index)
     }
 
-    /// The clock behind the guest's TSC: the host TSC, or under `-icount shift=N` the vCPU's
-    /// instruction count << N (QEMU's virtual nanoseconds), or the instruction count on hosts
-    /// without a TSC.
+    /// The guest's TSC of vCPU `index` now.
+    #[inline]
+    fn guest_tsc(&self, index: u32) -> u64 {
+        clock::guest_tsc(self.raw_clock_of(index), self.tsc_offset.load(Ordering::Relaxed))
+    }
+
+    /// The clock behind the guest's TSC (`clock::raw_clock`), from QEMU's instruction count of
+    /// the vCPU and the host TSC.
     fn raw_clock(&self, v: &Vcpu) -> u64 {
-        let insns = self.insns.get(v.index);
-        match (self.icount_shift, host_tsc()) {
-            (Some(shift), _) => insns << shift,
-            (None, Some(host)) => host,
-            (None, None) => insns,
-        }
+        self.raw_clock_of(v.index)
+    }
+
+    #[inline]
+    fn raw_clock_of(&self, index: u32) -> u64 {
+        clock::raw_clock(self.icount_shift, self.insns.get(index), host_tsc())
     }
 
     /// The guest's TSC now (see `host_tsc`): packets generated from here on carry this time.
     fn update_tsc(&self, v: &mut Vcpu) {
-        let tsc = self.raw_clock(v).wrapping_sub(self.tsc_offset.load(Ordering::Relaxed));
+        let tsc = self.core_clock(v);
         v.tracer.set_tsc(tsc);
         if let Some(r) = v.rtit.as_mut() {
             r.set_tsc(tsc);
@@ -2279,10 +2038,7 @@ impl Shared {
         }
         if let Some(host) = v.pending.rdtsc.take() {
             if let (Some(lo), Some(hi)) = (v.regs.get("rax"), v.regs.get("rdx")) {
-                // QEMU keeps one offset for all vCPUs, but corrects it to keep the guest TSC
-                // monotonic (cpu_get_ticks), so the latest observation is the best estimate
-                // (late only by the time since the RDTSC ran).
-                let offset = host.wrapping_sub((hi << 32) | (lo & 0xFFFF_FFFF));
+                let offset = clock::tsc_offset_from_rdtsc(host, lo, hi);
                 self.tsc_offset.store(offset, Ordering::Relaxed);
                 self.tsc_offset_known.store(true, Ordering::Relaxed);
             }
@@ -2356,7 +2112,7 @@ impl Shared {
                 // CPU_CLK_UNHALTED: cycles up to the HLT count, the halted time does not (the
                 // clock restarts at the next block, after the wake-up).
                 self.count_to(v, ip);
-                v.cycle_clock = None;
+                v.cycle_clock.stop();
                 // Power event trace: the core enters C1 until an interrupt (`on_discon` sends
                 // the PWRX). Before `store_held`: the packets reach memory during the halt.
                 v.tracer.halt(ip);
@@ -2432,27 +2188,22 @@ impl Shared {
                 v.regs.set("rdx", rdx);
             }
             let mut to = to;
-            if ty & DISCON_EXCEPTION == 0 && v.exception_pending {
-                if let Some((ip, len)) = v.pending.rdpmc.take() {
-                    if from == ip {
-                        match sh.complete_rdpmc(v, ip + len) {
-                            RdpmcOutcome::Completed => {
-                                v.exception_pending = false;
-                                v.flow.exception_cancelled();
-                                return;
-                            }
-                            RdpmcOutcome::Gp(handler) => to = handler,
-                            RdpmcOutcome::Unchanged => {}
-                        }
-                    }
+            match discontinuity::classify(ty & DISCON_EXCEPTION != 0, v.exception_pending, &mut v.pending.rdpmc, from) {
+                Discontinuity::Announced => {
+                    v.flow.exception_announced();
+                    v.exception_pending = true;
+                    return;
                 }
-            }
-            if ty & DISCON_EXCEPTION != 0 {
-                // Announced before delivery; its `from` can be stale (QEMU computes it before
-                // restoring the guest state), the delivery callback that follows is exact.
-                v.flow.exception_announced();
-                v.exception_pending = true;
-                return;
+                Discontinuity::RdpmcUd { resume } => match sh.complete_rdpmc(v, resume) {
+                    RdpmcOutcome::Completed => {
+                        v.exception_pending = false;
+                        v.flow.exception_cancelled();
+                        return;
+                    }
+                    RdpmcOutcome::Gp(handler) => to = handler,
+                    RdpmcOutcome::Unchanged => {}
+                },
+                Discontinuity::Delivered => {}
             }
             // The ground truth lists retired instructions: a faulting instruction and an INT n /
             // INT3 do not retire before the event (PT reports them with a FUP at their own
@@ -2471,12 +2222,7 @@ impl Shared {
             if let Some(t) = v.truth.as_mut() {
                 let _ = writeln!(crate::user::HexLine(t), "#event {from:x} {to:x}");
             }
-            sh.update_tsc(v);
-            // An interrupt ends a HLT's C1 (power event trace: PWRX before the interrupt's FUP
-            // and TIP; nothing unless a PWRE was sent).
-            v.tracer.wake(pttrace_core::pt::packet::PWRX_WAKE_INTERRUPT);
-            // Event Trace: the vector, CR2 and RFLAGS.IF (`pttrace_core::system_cpu::event`).
-            system_cpu::event::delivered(&mut QemuPort::new(sh, v), to, exception);
+            discontinuity::before_delivery(&mut QemuPort::new(sh, v), to, exception);
             // The event loads CS (the handler's) with the current IA32_EFER.LMA.
             v.cs_load.loaded(v.regs.get("efer").unwrap_or(0) & (1 << 10) != 0);
             // The handler's block is not known yet: the descriptor decides (ModeSet::ALL).
@@ -2484,8 +2230,6 @@ impl Shared {
             let last_started = sh.last_started.take(vcpu, u64::MAX);
             let lbr_on = sh.lbr_recording(v);
             let lbr_clock = if lbr_on { sh.core_clock(v) } else { 0 };
-            // The interrupted code's CPL (the tracer's context until the flow delivers).
-            let from_cpl = v.tracer.context().cpl;
             let mut sink = Retire {
                 pt: &mut v.tracer,
                 rtit: v.rtit.as_mut(),
@@ -2497,25 +2241,17 @@ impl Shared {
                 lbr_freeze_after: false,
                 pebs_eventing: &mut v.pebs_eventing,
             };
-            // The handler's code segment (real mode: the IVT's CS) for the event's TIP; with
-            // TraceEn = 0 no IP payload depends on it (the handler's block sets it).
-            if sink.pt.trace_en() {
-                // QEMU reports the handler's linear address; RIP holds its offset. In IA-32e mode
-                // (known from the interrupted code) the handler is 64-bit code: base 0, no read.
-                let ia32e = sink.pt.context().mode == ExecMode::Bit64
-                    || v.mode_regs.is_some_and(|(_, _, efer)| efer & (1 << 10) != 0);
-                let base = if ia32e { 0 } else { cs_base::base_at_event(to, v.regs.get("rip").unwrap_or(to)) };
-                sink.pt.stage_ip_base(sh.ip_base(base));
-            }
-            v.flow.delivered(&mut sink, from, to, last_started, &mut cpu);
+            let lma = v.mode_regs.is_some_and(|(_, _, efer)| efer & (1 << 10) != 0);
+            let (lip, regs) = (sh.opts.caps.lip, &v.regs);
+            let handler_base = |t: &Tracer| discontinuity::handler_ip_base(t.context().mode, lma, lip, to, || regs.get("rip").unwrap_or(to));
+            let seen = discontinuity::deliver(&mut v.flow, &mut sink, &mut cpu, from, to, last_started, handler_base);
             // The event loaded CS (the handler's): a mode proven for the interrupted code is
             // gone, also when the handler's blocks run unseen.
             v.proven = None;
-            if sink.bts_pmi {
+            if seen.bts_pmi {
                 Self::deliver_pmi();
             }
-            if v.pmu.pebs_due_at(from_cpl) {
-                // The instruction before an interrupt triggered it; `from` is the next one.
+            if seen.pebs_due {
                 sh.pebs_record(v, from);
             }
             let pmu_pmi = v.pmu.take_pmi();
@@ -2770,19 +2506,16 @@ extern "C" fn discon(_id: qemu_plugin::sys::qemu_plugin_id_t, vcpu: u32, ty: i32
     }
 }
 
-/// Single-threaded TCG (`-accel tcg,thread=single`, or `-icount`) shares translated blocks between
-/// vCPUs and QEMU 10.2 then passes the translating vCPU's index to execute callbacks
-/// (accel/tcg/plugin-gen.c gen_cpu_index without CF_PARALLEL), so per-vCPU state would mix.
-/// `-icount N` / `-icount shift=N[,...]` with a fixed shift (not `auto`).
+/// QEMU's `-icount` shift (`clock::icount_shift`), from its command line.
 fn icount_shift() -> Option<u32> {
     let cmdline = std::fs::read("/proc/self/cmdline").ok()?;
     let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-    let i = args.iter().position(|a| a == "-icount" || a == "--icount")?;
-    let v = args.get(i + 1)?;
-    let shift = v.split(',').find_map(|p| p.strip_prefix("shift=")).unwrap_or(v.split(',').next()?);
-    shift.parse().ok().filter(|s: &u32| *s < 32)
+    clock::icount_shift(&args)
 }
 
+/// Single-threaded TCG (`-accel tcg,thread=single`, or `-icount`) shares translated blocks between
+/// vCPUs and QEMU 10.2 then passes the translating vCPU's index to execute callbacks
+/// (accel/tcg/plugin-gen.c gen_cpu_index without CF_PARALLEL), so per-vCPU state would mix.
 fn single_threaded_tcg() -> bool {
     let Ok(cmdline) = std::fs::read("/proc/self/cmdline") else { return false };
     let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();

@@ -6,7 +6,9 @@
 //! the retired instructions before an instruction, storing held-back output) are reached through
 //! a small trait, [`GuestPort`]; the plugin implements it with QEMU calls, the tests with a fake.
 //!
+//! - [`clock`]: the guest's TSC and the core clock the cycle counters and the LBRs measure.
 //! - [`cpuid`]: CPUID: the profile's answer written over QEMU's.
+//! - [`discontinuity`]: an interrupt or exception QEMU reports: what it is, what the units see.
 //! - [`event`]: what an interrupt's or exception's delivery tells Event Trace.
 //! - [`wrmsr`]: WRMSR (SDM Vol. 4 MSR map; Vol. 3C §33.2.8 IA32_RTIT_CTL, Vol. 3B §20.2 PMU).
 //! - [`rdmsr`]: RDMSR: the decision before it executes (the model's MSR, #GP(0)) and EDX:EAX
@@ -17,12 +19,17 @@
 //!   the internal-buffer models' drain credit.
 //! - [`rdpmc`]: RDPMC, which QEMU's TCG does not implement (it raises #UD): completed from the
 //!   PMU, or re-delivered as the #GP(0) hardware raises.
+//! - [`retire`]: the retirement events of executed blocks fanned out to Intel PT, RTIT, BTS, the
+//!   LBRs and the counters.
 
+pub mod clock;
 pub mod cpuid;
+pub mod discontinuity;
 pub mod event;
 pub mod output;
 pub mod rdmsr;
 pub mod rdpmc;
+pub mod retire;
 pub mod wrmsr;
 
 use crate::arch_lbr::ArchLbr;
