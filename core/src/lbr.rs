@@ -1,7 +1,15 @@
-//! The model-specific last-branch-record stack of Skylake-class parts (SDM Vol. 3B §18.4.8
-//! "LBR Stack", §18.13.1 (Skylake: 32 entries, MSR_LBR_INFO_x), §18.11.2 "Filtering of Last
-//! Branch Records" (MSR_LBR_SELECT), §18.11.3 "LBR call stack"; LBR format 5 of
-//! IA32_PERF_CAPABILITIES[5:0]: addresses in FROM/TO, flags in LBR_INFO).
+//! The model-specific last-branch-record stacks (SDM Vol. 3B §18.4.8 "LBR Stack"), in two
+//! layouts ([`LbrLayout`]):
+//! - Skylake-class (§18.13.1: 32 entries, MSR_LBR_INFO_x; §18.11.2 "Filtering of Last Branch
+//!   Records" (MSR_LBR_SELECT), §18.11.3 "LBR call stack"; LBR format 5 of
+//!   IA32_PERF_CAPABILITIES[5:0]: addresses in FROM/TO, flags in LBR_INFO);
+//! - Intel Core microarchitecture (`profile=core2`; §18.5 "Last Branch, Interrupt, and Exception
+//!   Recording (Intel Core 2 Duo and Intel Atom Processor Family)", §18.5.1 "LBR Stack": four
+//!   pairs MSR_LASTBRANCH_0..3_FROM_IP 40H-43H / _TO_IP 60H-63H, "the lowest significant 2 bits of
+//!   the TOS Pointer MSR (MSR_LASTBRANCH_TOS, address 1C9H)"; Table "LBR Stack Size and TOS
+//!   Pointer Range": 06_0FH, 06_17H, 06_1DH: 4 entries, TOS 0 to 3): no LBR_INFO, no
+//!   LBR_SELECT (filtering came with Nehalem), so every taken branch, interrupt and exception is
+//!   recorded.
 //!
 //! Recording is driven by retirement events (taken branches, far transfers, interrupts and
 //! exceptions) with the branch's class, the CPL it ends at, the static predictor's verdict and the
@@ -11,12 +19,101 @@
 use crate::insn_class::BranchKind;
 use crate::pt::msr::Fault;
 
+/// The deepest model-specific stack (Skylake's); the arrays of [`LbrStack`] have this size.
 pub const DEPTH: usize = 32;
 pub const MSR_LBR_SELECT: u32 = 0x1C8;
 pub const MSR_LASTBRANCH_TOS: u32 = 0x1C9;
 pub const MSR_LASTBRANCH_0_FROM_IP: u32 = 0x680;
 pub const MSR_LASTBRANCH_0_TO_IP: u32 = 0x6C0;
 pub const MSR_LBR_INFO_0: u32 = 0xDC0;
+/// MSR_LASTBRANCH_0_FROM_IP of the Intel Core microarchitecture (Vol. 4, the Core 2 MSR table).
+pub const MSR_CORE_LASTBRANCH_0_FROM_IP: u32 = 0x40;
+/// MSR_LASTBRANCH_0_TO_IP of the Intel Core microarchitecture (Vol. 4 names it
+/// MSR_LASTBRANCH_0_TO_LIP in some editions).
+pub const MSR_CORE_LASTBRANCH_0_TO_IP: u32 = 0x60;
+
+/// Which model-specific LBR stack a part has: depth, MSR addresses, and the format
+/// IA32_PERF_CAPABILITIES[5:0] reports for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LbrLayout {
+    /// Skylake-class: 32 entries, FROM 680H, TO 6C0H, LBR_INFO DC0H, TOS 1C9H, LBR_SELECT 1C8H;
+    /// format 5.
+    #[default]
+    Skylake,
+    /// Intel Core microarchitecture (Core 2, Penryn 06_17H): 4 entries, FROM 40H, TO 60H, TOS
+    /// 1C9H (bits 1:0); no LBR_INFO, no LBR_SELECT; format 1 ([`LbrLayout::perf_cap_format`]).
+    Core,
+}
+
+impl LbrLayout {
+    /// Entries in the stack (SDM Vol. 3B Table "LBR Stack Size and TOS Pointer Range").
+    pub const fn depth(self) -> usize {
+        match self {
+            LbrLayout::Skylake => DEPTH,
+            LbrLayout::Core => 4,
+        }
+    }
+
+    pub const fn from_base(self) -> u32 {
+        match self {
+            LbrLayout::Skylake => MSR_LASTBRANCH_0_FROM_IP,
+            LbrLayout::Core => MSR_CORE_LASTBRANCH_0_FROM_IP,
+        }
+    }
+
+    pub const fn to_base(self) -> u32 {
+        match self {
+            LbrLayout::Skylake => MSR_LASTBRANCH_0_TO_IP,
+            LbrLayout::Core => MSR_CORE_LASTBRANCH_0_TO_IP,
+        }
+    }
+
+    /// MSR_LBR_INFO_x and MSR_LBR_SELECT exist (Skylake-class; Nehalem brought LBR_SELECT,
+    /// Skylake LBR_INFO).
+    pub const fn has_info_and_select(self) -> bool {
+        matches!(self, LbrLayout::Skylake)
+    }
+
+    /// IA32_PERF_CAPABILITIES[5:0] LBR_FMT (SDM Vol. 3B §18.4.8.1 "LBR Stack and Intel 64
+    /// Processors": 000000B 32-bit offsets in CS, 000001B 64-bit linear addresses (LIP),
+    /// 000010B 64-bit offsets (EIP), 000011B EIP with flags in FROM; 5: LBR_INFO).
+    ///
+    /// Core: 1. What a real Penryn reports was NOT established: no register dump of
+    /// IA32_PERF_CAPABILITIES (345H) from a Core 2 was found (Linux, KVM, Xen, EDK2's Core2Msr.h,
+    /// the SDM's MSR tables and mailing-list searches give the MSR addresses and the depth, not
+    /// the value). Format 1 because (a) the Core-microarchitecture stack holds plain 64-bit
+    /// addresses without flags (§18.5.1, Figure "64-bit Address Layout of LBR MSR"; the mispredict
+    /// flag of format 3 came with Nehalem), which leaves 1 or 2; (b) the model records linear
+    /// addresses (the FROM/TO of every transfer are the linear IPs the BTS records hold too), which
+    /// is format 1 by definition, and the SDM's Core MSR table names the TO registers
+    /// MSR_LASTBRANCH_n_TO_LIP. Linux 6.1 treats formats 1 and 2 alike ("Due to lack of segmentation
+    /// in Linux the effective address (offset) is the same as the linear address, allowing us to
+    /// merge the LIP and EIP LBR formats", `intel_pmu_lbr_read_64`: FROM/TO read as they are, no
+    /// flags, no LBR_INFO), so the choice changes nothing Linux does.
+    pub const fn perf_cap_format(self) -> u8 {
+        match self {
+            LbrLayout::Skylake => 5,
+            LbrLayout::Core => 1,
+        }
+    }
+
+    /// `index` is one of this layout's LBR MSRs.
+    pub fn owns(self, index: u32) -> bool {
+        let within = |base: u32| (base..base + self.depth() as u32).contains(&index);
+        index == MSR_LASTBRANCH_TOS
+            || within(self.from_base())
+            || within(self.to_base())
+            || (self.has_info_and_select() && (index == MSR_LBR_SELECT || within(MSR_LBR_INFO_0)))
+    }
+
+    /// `index` is a model-specific LBR MSR of the Skylake-class stack that this layout lacks: on
+    /// the Core layout 1C8H, 680H-69FH, 6C0H-6DFH and DC0H-DDFH, which #GP(0) as on the part
+    /// (SDM Vol. 4 lists none of them for 06_17H). (The Skylake layout's absent set is empty:
+    /// 40H-43H / 60H-63H stay QEMU's with the other profiles, as before.)
+    pub fn lacks(self, index: u32) -> bool {
+        !self.owns(index) && LbrLayout::Skylake.owns(index)
+    }
+}
 
 /// MSR_LBR_SELECT: a set bit suppresses that class (bits 0/1: branches at CPL 0 / CPL > 0);
 /// bit 9 EN_CALLSTACK.
@@ -128,6 +225,7 @@ impl BranchRecorder for LbrStack {
 /// The LBR stack of one logical processor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LbrStack {
+    layout: LbrLayout,
     from: [u64; DEPTH],
     to: [u64; DEPTH],
     info: [u64; DEPTH],
@@ -137,8 +235,9 @@ pub struct LbrStack {
 }
 
 impl Default for LbrStack {
+    /// The Skylake-class stack.
     fn default() -> Self {
-        LbrStack { from: [0; DEPTH], to: [0; DEPTH], info: [0; DEPTH], tos: 0, select: LbrSelect(0), cycles: CycleCount::default() }
+        LbrStack::new(LbrLayout::Skylake)
     }
 }
 
@@ -148,45 +247,70 @@ pub const INFO_MISPRED: u64 = 1 << 63;
 pub const INFO_CYC_CNT: u64 = 0xFFFF;
 
 impl LbrStack {
-    pub fn owns(index: u32) -> bool {
-        let within = |base: u32| (base..base + DEPTH as u32).contains(&index);
-        index == MSR_LBR_SELECT
-            || index == MSR_LASTBRANCH_TOS
-            || within(MSR_LASTBRANCH_0_FROM_IP)
-            || within(MSR_LASTBRANCH_0_TO_IP)
-            || within(MSR_LBR_INFO_0)
+    /// After RESET: every record 0, TOS 0, LBR_SELECT 0 (SDM: "MSR_LBR_SELECT is cleared to zero at
+    /// RESET, and LBR filtering is disabled").
+    pub fn new(layout: LbrLayout) -> Self {
+        LbrStack { layout, from: [0; DEPTH], to: [0; DEPTH], info: [0; DEPTH], tos: 0, select: LbrSelect(0), cycles: CycleCount::default() }
     }
 
+    pub fn layout(&self) -> LbrLayout {
+        self.layout
+    }
+
+    /// Is `index` one of the Skylake-class stack's MSRs (the part with Arch LBR #GPs on them;
+    /// `crate::msr_map`)?
+    pub fn owns(index: u32) -> bool {
+        LbrLayout::Skylake.owns(index)
+    }
+
+    /// The record slot of `index` in the register array at `base`, if `index` is one of this
+    /// layout's.
+    fn slot(&self, base: u32, index: u32) -> Option<usize> {
+        index.checked_sub(base).map(|i| i as usize).filter(|&i| i < self.layout.depth())
+    }
+
+    fn info_slot(&self, index: u32) -> Option<usize> {
+        if self.layout.has_info_and_select() {
+            self.slot(MSR_LBR_INFO_0, index)
+        } else {
+            None
+        }
+    }
+
+    /// RDMSR; #GP(0) for an MSR this layout lacks.
     pub fn read(&self, index: u32) -> Result<u64, Fault> {
-        let slot = |base: u32| index.checked_sub(base).map(|i| i as usize).filter(|&i| i < DEPTH);
-        if let Some(i) = slot(MSR_LASTBRANCH_0_FROM_IP) {
+        if let Some(i) = self.slot(self.layout.from_base(), index) {
             return Ok(self.from[i]);
         }
-        if let Some(i) = slot(MSR_LASTBRANCH_0_TO_IP) {
+        if let Some(i) = self.slot(self.layout.to_base(), index) {
             return Ok(self.to[i]);
         }
-        if let Some(i) = slot(MSR_LBR_INFO_0) {
+        if let Some(i) = self.info_slot(index) {
             return Ok(self.info[i]);
         }
         match index {
-            MSR_LBR_SELECT => Ok(self.select.0),
+            MSR_LBR_SELECT if self.layout.has_info_and_select() => Ok(self.select.0),
             MSR_LASTBRANCH_TOS => Ok(self.tos as u64),
             _ => Err(Fault::Gp),
         }
     }
 
     /// WRMSR: FROM/TO take canonical addresses (sign-extended from bit 47), INFO its defined
-    /// bits, TOS bits 4:0, LBR_SELECT bits 9:0; anything else #GP(0). (Linux under a hypervisor
-    /// probes TOS and the FROM/TO registers by writing them and reading back.)
+    /// bits, TOS an index below the depth (bits 4:0 Skylake, 1:0 Core), LBR_SELECT bits 9:0;
+    /// anything else #GP(0), as is an MSR this layout lacks. (Linux under a hypervisor probes TOS
+    /// and the FROM/TO registers by writing them and reading back: `check_msr` in
+    /// arch/x86/events/intel/core.c, TOS with mask 3, FROM/TO with FFFFH.)
     pub fn write(&mut self, index: u32, value: u64) -> Result<(), Fault> {
-        let slot = |base: u32| index.checked_sub(base).map(|i| i as usize).filter(|&i| i < DEPTH);
         let canonical = crate::pt::msr::is_canonical_48(value);
         const INFO_DEFINED: u64 = (7 << 61) | 0xFFFF;
-        let target = if let Some(i) = slot(MSR_LASTBRANCH_0_FROM_IP) {
+        let from = self.slot(self.layout.from_base(), index);
+        let to = self.slot(self.layout.to_base(), index);
+        let info = self.info_slot(index);
+        let target = if let Some(i) = from {
             canonical.then_some(&mut self.from[i])
-        } else if let Some(i) = slot(MSR_LASTBRANCH_0_TO_IP) {
+        } else if let Some(i) = to {
             canonical.then_some(&mut self.to[i])
-        } else if let Some(i) = slot(MSR_LBR_INFO_0) {
+        } else if let Some(i) = info {
             (value & !INFO_DEFINED == 0).then_some(&mut self.info[i])
         } else {
             None
@@ -195,15 +319,15 @@ impl LbrStack {
             *t = value;
             return Ok(());
         }
-        if slot(MSR_LASTBRANCH_0_FROM_IP).or(slot(MSR_LASTBRANCH_0_TO_IP)).or(slot(MSR_LBR_INFO_0)).is_some() {
+        if from.or(to).or(info).is_some() {
             return Err(Fault::Gp);
         }
         match index {
-            MSR_LBR_SELECT if value & LbrSelect::RESERVED == 0 => {
+            MSR_LBR_SELECT if self.layout.has_info_and_select() && value & LbrSelect::RESERVED == 0 => {
                 self.select = LbrSelect(value);
                 Ok(())
             }
-            MSR_LASTBRANCH_TOS if value < DEPTH as u64 => {
+            MSR_LASTBRANCH_TOS if value < self.layout.depth() as u64 => {
                 self.tos = value as usize;
                 Ok(())
             }
@@ -213,27 +337,32 @@ impl LbrStack {
 
     /// A taken transfer `from` -> `to` of class `kind` (None: interrupt or exception) ending at
     /// privilege `cpl` retired while recording (DEBUGCTL.LBR = 1, not frozen), the core clock
-    /// reading `clock`.
+    /// reading `clock`. The Core layout has no LBR_SELECT (its `select` stays 0: everything is
+    /// captured) and no LBR_INFO (the mispredict bit and cycle count are not kept).
     pub fn record(&mut self, kind: Option<BranchKind>, from: u64, to: u64, cpl: u8, mispredicted: bool, clock: u64) {
         if !self.select.captures(kind, cpl) {
             return;
         }
+        let depth = self.layout.depth();
         let cyc_cnt = self.cycles.update(clock).unwrap_or(0);
         if self.select.en_callstack() && kind == Some(BranchKind::Return) {
             // Call-stack mode: a return pops the most recent call instead of being recorded.
-            self.tos = (self.tos + DEPTH - 1) % DEPTH;
+            self.tos = (self.tos + depth - 1) % depth;
             return;
         }
-        self.tos = (self.tos + 1) % DEPTH;
+        self.tos = (self.tos + 1) % depth;
         self.from[self.tos] = from;
         self.to[self.tos] = to;
-        self.info[self.tos] = if mispredicted { INFO_MISPRED } else { 0 } | cyc_cnt;
+        if self.layout.has_info_and_select() {
+            self.info[self.tos] = if mispredicted { INFO_MISPRED } else { 0 } | cyc_cnt;
+        }
     }
 
-    /// The entries from the youngest to the oldest: (from, to, info).
+    /// The entries from the youngest to the oldest: (from, to, info); info 0 without LBR_INFO.
     pub fn entries(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
-        (0..DEPTH).map(move |k| {
-            let i = (self.tos + DEPTH - k) % DEPTH;
+        let depth = self.layout.depth();
+        (0..depth).map(move |k| {
+            let i = (self.tos + depth - k) % depth;
             (self.from[i], self.to[i], self.info[i])
         })
     }
@@ -333,5 +462,81 @@ mod tests {
         l.record(CALL, 0x160, 0x400, 3, false, 1_512);
         let e: Vec<(u64, u64)> = l.entries().take(2).map(|(f, _, i)| (f, i & INFO_CYC_CNT)).collect();
         assert_eq!(e, [(0x160, 12), (0x10, 0)]);
+    }
+
+    const CORE_TOS: u32 = MSR_LASTBRANCH_TOS;
+    const CORE_FROM: u32 = MSR_CORE_LASTBRANCH_0_FROM_IP;
+    const CORE_TO: u32 = MSR_CORE_LASTBRANCH_0_TO_IP;
+
+    #[test]
+    fn core_stack_holds_the_last_4_branches_youngest_at_tos_which_wraps_mod_4() {
+        let mut l = LbrStack::new(LbrLayout::Core);
+        for i in 0..6u64 {
+            l.record(JCC, 0x1000 + i, 0x2000 + i, 3, i % 2 == 0, 100 * i);
+            assert_eq!(l.read(CORE_TOS), Ok((i + 1) % 4), "TOS after record {i}");
+        }
+        let e: Vec<_> = l.entries().collect();
+        assert_eq!(e.len(), 4);
+        // No LBR_INFO: neither the mispredict bit nor a cycle count is kept.
+        assert_eq!(e, [(0x1005, 0x2005, 0), (0x1004, 0x2004, 0), (0x1003, 0x2003, 0), (0x1002, 0x2002, 0)]);
+        // TOS = 6 mod 4 = 2: the youngest record is in MSR_LASTBRANCH_2, the oldest in _3.
+        assert_eq!(l.read(CORE_FROM + 2), Ok(0x1005));
+        assert_eq!(l.read(CORE_TO + 2), Ok(0x2005));
+        assert_eq!(l.read(CORE_FROM + 3), Ok(0x1002));
+        assert_eq!(l.read(CORE_TO + 1), Ok(0x2004));
+    }
+
+    #[test]
+    fn core_stack_records_every_transfer_class_and_ring_without_lbr_select() {
+        let mut l = LbrStack::new(LbrLayout::Core);
+        l.record(CALL, 0x10, 0x100, 3, false, 0);
+        l.record(RET, 0x100, 0x15, 3, false, 0);
+        l.record(None, 0x15, 0xFFFF_FFFF_8100_0000, 0, true, 0); // interrupt into ring 0
+        l.record(Some(BranchKind::Far(FarKind::Iret)), 0xFFFF_FFFF_8100_0010, 0x15, 3, true, 0);
+        let e: Vec<(u64, u64)> = l.entries().map(|(f, t, _)| (f, t)).collect();
+        assert_eq!(e, [(0xFFFF_FFFF_8100_0010, 0x15), (0x15, 0xFFFF_FFFF_8100_0000), (0x100, 0x15), (0x10, 0x100)]);
+    }
+
+    #[test]
+    fn core_stack_has_its_msrs_at_40h_60h_1c9h_and_faults_the_skylake_class_ones() {
+        let mut l = LbrStack::new(LbrLayout::Core);
+        for index in [MSR_LBR_SELECT, MSR_LASTBRANCH_0_FROM_IP, MSR_LASTBRANCH_0_TO_IP, MSR_LBR_INFO_0, CORE_FROM + 4, CORE_TO + 4] {
+            assert_eq!(l.read(index), Err(Fault::Gp), "RDMSR {index:#x}");
+            assert_eq!(l.write(index, 0), Err(Fault::Gp), "WRMSR {index:#x}");
+        }
+        assert_eq!(l.write(CORE_TOS, 4), Err(Fault::Gp), "TOS is 0 to 3");
+        assert_eq!(l.write(CORE_TO + 3, 0x0000_8000_0000_0000), Err(Fault::Gp), "not canonical");
+        // Linux 6.1's check_msr (under the hypervisor bit): read, write value ^ mask, read back,
+        // restore; TOS with mask 3, each FROM/TO with FFFFH. Every probe must read back.
+        l.record(JCC, 0xFFFF_FFFF_8100_1234, 0xFFFF_FFFF_8100_2000, 0, false, 0);
+        let probe = |l: &mut LbrStack, index: u32, mask: u64| {
+            let old = l.read(index).unwrap();
+            l.write(index, old ^ mask).unwrap();
+            let back = l.read(index).unwrap();
+            l.write(index, old).unwrap();
+            back == old ^ mask
+        };
+        assert!(probe(&mut l, CORE_TOS, 3));
+        for i in 0..4 {
+            assert!(probe(&mut l, CORE_FROM + i, 0xFFFF) && probe(&mut l, CORE_TO + i, 0xFFFF), "entry {i}");
+        }
+        assert_eq!(l.read(CORE_TOS), Ok(1));
+        assert_eq!(l.entries().next(), Some((0xFFFF_FFFF_8100_1234, 0xFFFF_FFFF_8100_2000, 0)));
+    }
+
+    #[test]
+    fn layouts_own_their_msrs_and_report_their_perf_capabilities_format() {
+        let core = LbrLayout::Core;
+        assert!(core.owns(0x40) && core.owns(0x43) && core.owns(0x60) && core.owns(0x63) && core.owns(0x1C9));
+        assert!(!core.owns(0x44) && !core.owns(0x64) && !core.owns(0x1C8) && !core.owns(0x680) && !core.owns(0xDC0));
+        for index in [0x1C8, 0x680, 0x69F, 0x6C0, 0x6DF, 0xDC0, 0xDDF] {
+            assert!(core.lacks(index), "{index:#x}");
+        }
+        assert!(!core.lacks(0x6A0) && !core.lacks(0x44) && !core.lacks(0x1C9));
+        let sky = LbrLayout::Skylake;
+        assert!(sky.owns(0x1C8) && sky.owns(0xDDF) && !sky.owns(0x40) && !sky.owns(0xDE0));
+        assert!(!sky.lacks(0x40), "40H-43H stay QEMU's on the Skylake-class profiles");
+        assert_eq!((sky.perf_cap_format(), core.perf_cap_format()), (5, 1));
+        assert_eq!((sky.depth(), core.depth()), (32, 4));
     }
 }

@@ -8,7 +8,7 @@
 use crate::bts::debugctl::IA32_DEBUGCTL;
 use crate::bts::BranchTraceStore;
 use crate::arch_lbr::ArchLbr;
-use crate::lbr::LbrStack;
+use crate::lbr::{LbrLayout, LbrStack};
 use crate::pmu::{Pmu, MSR_PEBS_DATA_CFG};
 use crate::pt::caps::PtCaps;
 use crate::pt::msr::{is_rtit_index, Fault, RtitMsrs};
@@ -25,7 +25,8 @@ pub enum MsrUnit {
     /// Architectural LBRs (IA32_LBR_CTL/DEPTH, IA32_LBR_x_FROM_IP/TO_IP/INFO).
     ArchLbr,
     /// A model-specific LBR MSR on a part with Arch LBR (PERF_CAPABILITIES enumerates no
-    /// model-specific stack and SDM Vol. 4 lists none for 06_8FH): #GP(0).
+    /// model-specific stack and SDM Vol. 4 lists none for 06_8FH), or a Skylake-class LBR MSR
+    /// on the Core 2 part (1C8H, 680H+, 6C0H+, DC0H+; `LbrLayout::lacks`): #GP(0).
     LbrAbsent,
     /// The Debug Store: IA32_DEBUGCTL and IA32_DS_AREA (`bts=1`).
     DebugStore,
@@ -52,6 +53,10 @@ pub struct MsrMap {
     pub pebs_data_cfg: bool,
     /// Architectural LBRs instead of the model-specific stack (`profile=sapphirerapids`).
     pub arch_lbr: bool,
+    /// The model-specific stack's layout (without `arch_lbr` and `rtit`): Skylake-class, or the
+    /// Core microarchitecture's 4 entries at 40H/60H (`profile=core2`), whose part #GPs on the
+    /// Skylake-class MSRs.
+    pub lbr: LbrLayout,
 }
 
 impl MsrMap {
@@ -66,8 +71,10 @@ impl MsrMap {
             MsrUnit::ArchLbr
         } else if self.arch_lbr && LbrStack::owns(index) {
             MsrUnit::LbrAbsent
-        } else if !self.rtit && LbrStack::owns(index) {
+        } else if !self.rtit && self.lbr.owns(index) {
             MsrUnit::Lbr
+        } else if !self.rtit && self.lbr.lacks(index) {
+            MsrUnit::LbrAbsent
         } else if self.bts && BranchTraceStore::owns(index) {
             MsrUnit::DebugStore
         } else if self.rtit && pt_index {
@@ -105,7 +112,11 @@ impl MsrUnits<'_> {
             MsrUnit::Lbr => self.lbr.read(index),
             MsrUnit::ArchLbr => self.arch_lbr.read(index),
             MsrUnit::LbrAbsent => Err(Fault::Gp),
-            MsrUnit::DebugStore => self.bts.read_msr(index).ok_or(Fault::Gp),
+            MsrUnit::DebugStore => match self.bts.read_msr(index) {
+                // [0] LBR as a legacy Freeze_LBRs_On_PMI left it (`Pmu::debugctl_read`).
+                Some(v) if index == IA32_DEBUGCTL => Ok(self.pmu.debugctl_read(v)),
+                v => v.ok_or(Fault::Gp),
+            },
             MsrUnit::PtAbsent => Err(Fault::Gp),
             MsrUnit::Rtit => match self.rtit {
                 Some(r) => r.try_rdmsr(index),
@@ -185,11 +196,11 @@ mod tests {
     const IA32_APIC_BASE: u32 = 0x1B;
 
     fn skylake() -> MsrMap {
-        MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true, pebs_data_cfg: false, arch_lbr: false }
+        MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true, pebs_data_cfg: false, arch_lbr: false, lbr: LbrLayout::Skylake }
     }
 
     fn silvermont() -> MsrMap {
-        MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false, arch_lbr: false }
+        MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false, arch_lbr: false, lbr: LbrLayout::Skylake }
     }
 
     #[test]
@@ -280,5 +291,65 @@ mod tests {
         assert_eq!(units.wrmsr(&spr, MSR_LBR_TOS, 0), Err(Fault::Gp), "no model-specific LBRs with Arch LBR");
         assert_eq!(units.wrmsr(&spr, crate::arch_lbr::IA32_LBR_DEPTH, 16), Ok(UnitWrite::ArchLbr));
         assert_eq!(units.wrmsr(&spr, crate::arch_lbr::IA32_LBR_DEPTH, 12), Err(Fault::Gp), "not an enumerated depth");
+    }
+
+    #[test]
+    fn core2_answers_the_4_lbrs_at_40h_60h_and_faults_the_skylake_class_lbr_msrs() {
+        let m = MsrMap { lbr: LbrLayout::Core, ..skylake() };
+        for index in [0x40, 0x43, 0x60, 0x63, MSR_LBR_TOS] {
+            assert_eq!(m.unit(index), MsrUnit::Lbr, "{index:#x}");
+        }
+        for index in [0x1C8, 0x680, 0x69F, 0x6C0, MSR_LASTBRANCH_31_TO_IP, 0xDC0, 0xDDF] {
+            assert_eq!(m.unit(index), MsrUnit::LbrAbsent, "{index:#x}");
+        }
+        assert_eq!(m.unit(0x44), MsrUnit::Qemu);
+        assert_eq!(skylake().unit(0x40), MsrUnit::Qemu, "the Skylake profile leaves 40H to QEMU");
+        let pmu = Pmu::new(PmuCaps::CORE2);
+        let mut lbr = LbrStack::new(LbrLayout::Core);
+        lbr.record(None, 0x1000, 0x2000, 0, false, 0);
+        let (bts, pt) = (BranchTraceStore::new(true), RtitMsrs::default());
+        let arch = ArchLbr::new(crate::arch_lbr::ArchLbrCaps::SAPPHIRE_RAPIDS);
+        let units = MsrUnits { pmu: &pmu, lbr: &lbr, arch_lbr: &arch, bts: &bts, rtit: None, pt: &pt };
+        assert_eq!(units.rdmsr(&m, MSR_LBR_TOS), Ok(1));
+        assert_eq!((units.rdmsr(&m, 0x41), units.rdmsr(&m, 0x61)), (Ok(0x1000), Ok(0x2000)));
+        assert_eq!(units.rdmsr(&m, 0x680), Err(Fault::Gp));
+        assert_eq!(units.rdmsr(&m, 0x1C8), Err(Fault::Gp));
+        let (mut pmu, mut bts) = (pmu, bts);
+        let mut arch = arch;
+        let mut units = MsrUnitsMut { pmu: &mut pmu, lbr: &mut lbr, arch_lbr: &mut arch, bts: &mut bts };
+        assert_eq!(units.wrmsr(&m, MSR_LBR_TOS, 3), Ok(UnitWrite::Lbr));
+        assert_eq!(units.wrmsr(&m, 0xDC0, 0), Err(Fault::Gp));
+        assert_eq!(units.wrmsr(&m, 0x1C8, 0), Err(Fault::Gp), "no LBR_SELECT on Core 2");
+    }
+
+    #[test]
+    fn debugctl_reads_lbr_0_after_a_legacy_freeze_lbrs_on_pmi_until_written() {
+        const IA32_PERFEVTSEL0: u32 = 0x186;
+        const IA32_PMC0: u32 = 0xC1;
+        let m = MsrMap { lbr: LbrLayout::Core, ..skylake() };
+        let mut pmu = Pmu::new(PmuCaps::CORE2);
+        let mut lbr = LbrStack::new(LbrLayout::Core);
+        let mut arch = ArchLbr::new(crate::arch_lbr::ArchLbrCaps::SAPPHIRE_RAPIDS);
+        let mut bts = BranchTraceStore::new(true);
+        let debugctl = 1 | (1 << 11); // LBR | FREEZE_LBRS_ON_PMI
+        {
+            let mut units = MsrUnitsMut { pmu: &mut pmu, lbr: &mut lbr, arch_lbr: &mut arch, bts: &mut bts };
+            units.wrmsr(&m, IA32_DEBUGCTL, debugctl).unwrap();
+            units.wrmsr(&m, IA32_PMC0, 0xFF_FFFF_FFFF).unwrap(); // legacy write: -1, 40 bits
+            units.wrmsr(&m, IA32_PERFEVTSEL0, 0xC0 | (1 << 17) | (1 << 20) | (1 << 22)).unwrap();
+        }
+        assert!(crate::system_cpu::lbr_recording(false, false, &bts, &arch, &pmu));
+        pmu.retire(1, crate::pmu::Retired::PLAIN, 0);
+        assert!(pmu.take_pmi());
+        assert!(!crate::system_cpu::lbr_recording(false, false, &bts, &arch, &pmu), "frozen by the PMI");
+        let pt = RtitMsrs::default();
+        let read = |pmu: &Pmu, lbr: &LbrStack, arch: &ArchLbr, bts: &BranchTraceStore| {
+            MsrUnits { pmu, lbr, arch_lbr: arch, bts, rtit: None, pt: &pt }.rdmsr(&m, IA32_DEBUGCTL)
+        };
+        assert_eq!(read(&pmu, &lbr, &arch, &bts), Ok(1 << 11), "DEBUGCTL.LBR cleared, FREEZE_LBRS_ON_PMI kept");
+        // The handler sets DEBUGCTL.LBR again (Linux's __intel_pmu_lbr_enable(pmi = true)).
+        MsrUnitsMut { pmu: &mut pmu, lbr: &mut lbr, arch_lbr: &mut arch, bts: &mut bts }.wrmsr(&m, IA32_DEBUGCTL, debugctl).unwrap();
+        assert_eq!(read(&pmu, &lbr, &arch, &bts), Ok(debugctl));
+        assert!(crate::system_cpu::lbr_recording(false, false, &bts, &arch, &pmu));
     }
 }

@@ -20,7 +20,7 @@ use pttrace_core::bts::BranchTraceStore;
 use pttrace_core::cpuid::{CpuidProfile, NativeLeaves};
 use pttrace_core::guest_mem::SparseMemory;
 use pttrace_core::insn_class::{BranchKind, FarKind};
-use pttrace_core::lbr::LbrStack;
+use pttrace_core::lbr::{LbrLayout, LbrStack};
 use pttrace_core::msr_map::{MsrMap, UnitWrite};
 use pttrace_core::options::SystemOptions;
 use pttrace_core::pmu::{Pmu, PmuCaps};
@@ -231,7 +231,7 @@ impl GuestPort for Fake {
 }
 
 fn skylake() -> MsrMap {
-    MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true, pebs_data_cfg: false, arch_lbr: false }
+    MsrMap { caps: PtCaps::SKYLAKE, rtit: false, bts: true, pebs_data_cfg: false, arch_lbr: false, lbr: LbrLayout::Skylake }
 }
 
 /// The single range at `RANGE` programmed with plain WRMSRs (no trace started).
@@ -353,7 +353,7 @@ fn a_write_to_an_msr_qemu_owns_does_nothing_but_note_where_the_apic_page_moved()
 
 #[test]
 fn atom_rtit_takes_its_msrs_and_faults_intel_pts_on_silvermont() {
-    let map = MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false, arch_lbr: false };
+    let map = MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false, arch_lbr: false, lbr: LbrLayout::Skylake };
     let mut f = Fake::new(map.caps, PmuCaps::SILVERMONT);
     f.rtit = Some(RtitTracer::new(RtitOptions::default(), Context::KERNEL64));
     // Seed 002: RTIT_CTL is written only after it was read; the refused write raises #GP(0) and
@@ -598,8 +598,8 @@ fn rdmsr_of_msrs_the_profile_lacks_raises_gp_before_executing_with_rcx_and_rdx_t
     // IA32_RTIT_CR3_MATCH without CPUID.(14H,0):EBX[0] CR3 filtering (SDM §33.2.8.6); an
     // IA32_RTIT_* index on Silvermont (Atom RTIT instead of Intel PT); MSR_LBR_TOS on a part with
     // Arch LBR.
-    let minimal = MsrMap { caps: PtCaps::MINIMAL, rtit: false, bts: true, pebs_data_cfg: false, arch_lbr: false };
-    let silvermont = MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false, arch_lbr: false };
+    let minimal = MsrMap { caps: PtCaps::MINIMAL, rtit: false, bts: true, pebs_data_cfg: false, arch_lbr: false, lbr: LbrLayout::Skylake };
+    let silvermont = MsrMap { caps: PtCaps::MINIMAL, rtit: true, bts: true, pebs_data_cfg: false, arch_lbr: false, lbr: LbrLayout::Skylake };
     let arch_lbr = MsrMap { caps: PtCaps::SAPPHIRE_RAPIDS, arch_lbr: true, ..skylake() };
     for (map, index) in [(minimal, IA32_RTIT_CR3_MATCH), (silvermont, IA32_RTIT_CTL), (arch_lbr, MSR_LBR_TOS)] {
         let mut f = Fake::new(map.caps, PmuCaps::SKYLAKE);

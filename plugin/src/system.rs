@@ -1067,7 +1067,7 @@ impl Shared {
             flow: SystemFlow::default(),
             msrs: RtitMsrs::default(),
             pmu: Pmu::new(self.pmu_caps()),
-            lbr: LbrStack::default(),
+            lbr: LbrStack::new(self.opts.pmu.lbr_layout()),
             arch_lbr: ArchLbr::new(ArchLbrCaps::SAPPHIRE_RAPIDS),
             pmi_prearmed: false,
             pebs_eventing: None,
@@ -2123,7 +2123,14 @@ impl Shared {
 
     /// The MSR map of the profile (`pttrace_core::msr_map`).
     fn msr_map(&self) -> MsrMap {
-        MsrMap { caps: self.opts.caps, rtit: self.opts.rtit, bts: self.opts.bts, pebs_data_cfg: self.opts.pmu == PmuProfile::Icelake, arch_lbr: self.opts.arch_lbr }
+        MsrMap {
+            caps: self.opts.caps,
+            rtit: self.opts.rtit,
+            bts: self.opts.bts,
+            pebs_data_cfg: self.opts.pmu == PmuProfile::Icelake,
+            arch_lbr: self.opts.arch_lbr,
+            lbr: self.opts.pmu.lbr_layout(),
+        }
     }
 
     /// WRMSR about to execute: the facade decides (`pttrace_core::system_cpu::wrmsr`), the

@@ -104,6 +104,16 @@ pub enum PmuProfile {
 }
 
 impl PmuProfile {
+    /// The part's model-specific LBR stack: Core 2's 4 entries at 40H/60H (`crate::lbr`,
+    /// `LbrLayout::Core`), the Skylake-class stack otherwise (Nehalem keeps the model's
+    /// Skylake-class stack, README "Nehalem profile").
+    pub fn lbr_layout(self) -> crate::lbr::LbrLayout {
+        match self {
+            PmuProfile::Core2 => crate::lbr::LbrLayout::Core,
+            PmuProfile::Skylake | PmuProfile::Icelake | PmuProfile::Nehalem => crate::lbr::LbrLayout::Skylake,
+        }
+    }
+
     /// The part's PMU; PEBS only with `pebs` (`pebs=1`).
     pub fn caps(self, pebs: bool) -> PmuCaps {
         let c = match self {
@@ -134,7 +144,8 @@ pub struct PmuCaps {
     pub full_width_writes: bool,
     /// The part has Intel PT's ToPA PMI (GLOBAL_STATUS[55]).
     pub topa_pmi: bool,
-    /// IA32_PERF_CAPABILITIES[5:0] LBR format (5: FROM/TO addresses, LBR_INFO; `crate::lbr`).
+    /// IA32_PERF_CAPABILITIES[5:0] LBR format (5: FROM/TO addresses, LBR_INFO; 1: 64-bit linear
+    /// addresses, Core 2's stack; `crate::lbr::LbrLayout::perf_cap_format`).
     pub lbr_format: u8,
     /// PEBS record format (IA32_PERF_CAPABILITIES[11:8]; trap-like, architectural registers),
     /// IA32_PEBS_ENABLE and IA32_MISC_ENABLE[12] = 0; None: no PEBS.
@@ -199,9 +210,10 @@ impl PmuCaps {
     /// 144 个字节"). [6] PEBS_TRAP is set: Penryn's records are trap-like (Linux 6.1 prints
     /// `pebs_trap ? '+' : '-'` and Penryn boots print "PEBS fmt0+, Core2 events"; only early Merom
     /// steppings print "fmt0-", and Linux disables PEBS on all of Merom). [7] is "always 1" on the
-    /// Intel Core microarchitecture. No FW_WRITE. The LBR format reported is the model's stack
-    /// (5), not Core 2's 4-entry stack at 40H/60H (README "Core 2 profile"); GLOBAL_STATUS[55]
-    /// stays because the profile keeps the model's Intel PT.
+    /// Intel Core microarchitecture. No FW_WRITE. [5:0] LBR format 1 (64-bit linear addresses)
+    /// for Core 2's 4-entry stack at 40H/60H (`crate::lbr::LbrLayout::Core`, which says what was
+    /// and was not established about the value); GLOBAL_STATUS[55] stays because the profile
+    /// keeps the model's Intel PT.
     pub const CORE2: PmuCaps = PmuCaps {
         version: 2,
         num_gp: 2,
@@ -210,7 +222,7 @@ impl PmuCaps {
         pdcm: true,
         full_width_writes: false,
         topa_pmi: true,
-        lbr_format: 5,
+        lbr_format: crate::lbr::LbrLayout::Core.perf_cap_format(),
         pebs_format: Some(0),
         pebs_baseline: false,
     };
@@ -343,6 +355,14 @@ pub struct Pmu {
     global_status: u64,
     freeze_perfmon_on_pmi: bool,
     freeze_lbrs_on_pmi: bool,
+    /// Legacy Freeze_LBRs_On_PMI (versions 2 and 3) took effect: the PMI request cleared
+    /// IA32_DEBUGCTL[0] LBR, and the PMI handler sets it again (SDM Vol. 3B §18.4.7 "Freezing
+    /// LBR and Performance Counters on PMI", legacy operation, which §18.13.2's streamlined v4
+    /// operation replaces; Linux's `__intel_pmu_lbr_enable(pmi)` sets DEBUGCTL.LBR again at the
+    /// end of every PMI below version 4: "No need to unfreeze manually, as v4 can do that as part
+    /// of the GLOBAL_STATUS ack"). The Debug Store unit keeps DEBUGCTL as written; reads and the
+    /// LBR enable see the bit cleared until the next write of DEBUGCTL ([`Pmu::debugctl_read`]).
+    lbr_cleared_by_pmi: bool,
     active: Vec<Active>,
     counts_cycles: bool,
     /// A counter with INT overflowed since the last `take_pmi`.
@@ -371,6 +391,7 @@ impl Pmu {
             global_status: 0,
             freeze_perfmon_on_pmi: false,
             freeze_lbrs_on_pmi: false,
+            lbr_cleared_by_pmi: false,
             active: Vec::new(),
             counts_cycles: false,
             pmi_pending: false,
@@ -552,6 +573,24 @@ impl Pmu {
     pub fn set_debugctl(&mut self, debugctl: u64) {
         self.freeze_lbrs_on_pmi = debugctl & (1 << 11) != 0;
         self.freeze_perfmon_on_pmi = debugctl & (1 << 12) != 0;
+        // The write sets [0] LBR to the value written, whatever a legacy freeze did.
+        self.lbr_cleared_by_pmi = false;
+    }
+
+    /// A legacy Freeze_LBRs_On_PMI cleared IA32_DEBUGCTL[0] LBR at a PMI, and DEBUGCTL was not
+    /// written since.
+    pub fn debugctl_lbr_cleared(&self) -> bool {
+        self.lbr_cleared_by_pmi
+    }
+
+    /// IA32_DEBUGCTL as RDMSR reads it, `written` being the value the Debug Store unit holds:
+    /// [0] LBR reads 0 after a legacy Freeze_LBRs_On_PMI.
+    pub fn debugctl_read(&self, written: u64) -> u64 {
+        if self.lbr_cleared_by_pmi {
+            written & !1
+        } else {
+            written
+        }
     }
 
     /// A ToPA region with INT filled (Intel PT): GLOBAL_STATUS[55].
@@ -787,8 +826,15 @@ impl Pmu {
             if self.freeze_lbrs_on_pmi {
                 self.global_status |= STATUS_LBR_FRZ;
             }
-        } else if self.freeze_perfmon_on_pmi {
-            self.global_ctrl = 0;
+        } else {
+            // Legacy freeze (§18.4.7): FREEZE_PERFMON_ON_PMI clears IA32_PERF_GLOBAL_CTRL,
+            // FREEZE_LBRS_ON_PMI clears IA32_DEBUGCTL[0] LBR.
+            if self.freeze_perfmon_on_pmi {
+                self.global_ctrl = 0;
+            }
+            if self.freeze_lbrs_on_pmi {
+                self.lbr_cleared_by_pmi = true;
+            }
         }
         self.refresh();
         true

@@ -210,6 +210,40 @@ fn legacy_freeze_clears_global_ctrl_version_4_sets_ctr_frz() {
 }
 
 #[test]
+fn legacy_freeze_lbrs_on_pmi_clears_debugctl_lbr_until_debugctl_is_written() {
+    // Core 2 (version 2): the PMI request freezes the LBRs and the PMI clears DEBUGCTL[0] LBR
+    // (no LBR_Frz below version 4); a write of DEBUGCTL sets it again.
+    let mut p = Pmu::new(PmuCaps::CORE2);
+    p.set_debugctl(1 | (1 << 11));
+    p.write(IA32_PMC0, 0xFFFF_FFFF).unwrap();
+    p.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN | INT).unwrap();
+    assert!(p.retire(1, Retired::PLAIN, 3));
+    assert!(p.lbr_freeze_requested(), "frozen from the request on");
+    assert!(!p.debugctl_lbr_cleared());
+    assert!(p.take_pmi());
+    assert!(p.debugctl_lbr_cleared());
+    assert_eq!(p.debugctl_read(1 | (1 << 11)), 1 << 11);
+    assert_eq!(p.global_status() & STATUS_LBR_FRZ, 0, "no LBR_Frz in version 2");
+    p.set_debugctl(1 | (1 << 11));
+    assert!(!p.debugctl_lbr_cleared());
+    assert_eq!(p.debugctl_read(1 | (1 << 11)), 1 | (1 << 11));
+    // Without FREEZE_LBRS_ON_PMI a PMI leaves DEBUGCTL.LBR alone.
+    p.set_debugctl(1);
+    p.write(IA32_PMC0, 0xFFFF_FFFF).unwrap();
+    assert!(p.retire(1, Retired::PLAIN, 3));
+    assert!(p.take_pmi());
+    assert!(!p.debugctl_lbr_cleared());
+    // Version 4 freezes through LBR_Frz instead (the test above).
+    let mut s = skl();
+    s.set_debugctl(1 | (1 << 11));
+    s.write(IA32_A_PMC0, (1 << 48) - 1).unwrap();
+    s.write(IA32_PERFEVTSEL0, 0xC0 | USR | EN | INT).unwrap();
+    assert!(s.retire(1, Retired::PLAIN, 3) && s.take_pmi());
+    assert!(!s.debugctl_lbr_cleared());
+    assert_ne!(s.global_status() & STATUS_LBR_FRZ, 0);
+}
+
+#[test]
 fn rdpmc_selects_counters_and_faults_as_the_sdm_says() {
     let mut p = skl();
     p.write(IA32_A_PMC0 + 3, 0x1_2345_6789).unwrap();
@@ -450,9 +484,11 @@ fn core2_profile_enumerates_version_2_and_pebs_on_pmc0_only() {
     // Version 2, 2 x 40-bit GP counters, EBX length 7; EDX 3 x 40-bit fixed counters (Penryn's
     // 07280202H / 503H; EBX: LLC references/misses unavailable, as every profile).
     assert_eq!(PmuCaps::CORE2.cpuid_0a(), [0x0728_0202, 0x18, 0, 0x503]);
-    // Trap-like [6], arch regs [7], format 0 [11:8], no FW_WRITE, LBR format of the model's stack.
-    assert_eq!(PmuCaps::CORE2.perf_capabilities(), Some(0xC5));
-    assert_eq!(PmuProfile::Core2.caps(false).perf_capabilities(), Some(0x5), "PDCM without pebs=1, no PEBS bits");
+    // Trap-like [6], arch regs [7], format 0 [11:8], no FW_WRITE, [5:0] LBR format 1 (64-bit
+    // linear addresses) of the 4-entry stack at 40H/60H.
+    assert_eq!(PmuCaps::CORE2.perf_capabilities(), Some(0xC1));
+    assert_eq!(PmuProfile::Core2.caps(false).perf_capabilities(), Some(0x1), "PDCM without pebs=1, no PEBS bits");
+    assert_eq!(PmuProfile::Core2.lbr_layout(), crate::lbr::LbrLayout::Core);
     assert_eq!(PmuProfile::Core2.caps(false).pebs_enable_bits(), None, "no IA32_PEBS_ENABLE without pebs=1");
     assert_eq!(PmuCaps::CORE2.pebs_enable_bits(), Some(1), "Enable PEBS on PMC0, nothing else");
     let mut p = Pmu::new(PmuCaps::CORE2);

@@ -165,11 +165,12 @@ pub fn trace_config(msrs: &RtitMsrs, caps: &PtCaps) -> TraceConfig {
 }
 
 /// The LBRs record: IA32_DEBUGCTL[0] LBR = 1 (the model-specific stack, on a part with one: not
-/// with Atom RTIT) or IA32_LBR_CTL[0] LBREn = 1 (`arch_lbr`), and the LBRs not frozen
-/// (IA32_PERF_GLOBAL_STATUS[58] LBR_Frz, nor a freeze requested by a PMI).
+/// with Atom RTIT; not cleared by a legacy Freeze_LBRs_On_PMI since it was written) or
+/// IA32_LBR_CTL[0] LBREn = 1 (`arch_lbr`), and the LBRs not frozen (IA32_PERF_GLOBAL_STATUS[58]
+/// LBR_Frz, nor a freeze requested by a PMI).
 #[inline]
 pub fn lbr_recording(arch_lbr: bool, rtit: bool, bts: &BranchTraceStore, arch: &ArchLbr, pmu: &Pmu) -> bool {
-    let enabled = if arch_lbr { arch.ctl().lbr_en() } else { !rtit && bts.debugctl().lbr() };
+    let enabled = if arch_lbr { arch.ctl().lbr_en() } else { !rtit && bts.debugctl().lbr() && !pmu.debugctl_lbr_cleared() };
     enabled && pmu.global_status() & STATUS_LBR_FRZ == 0 && !pmu.lbr_freeze_requested()
 }
 

@@ -35,6 +35,10 @@
 #define MSR_LBR_TO                     0x6C0 /* MSR_LASTBRANCH_0_TO_IP (0x6C0 + n) */
 #define MSR_LBR_INFO                   0xDC0 /* MSR_LBR_INFO_0 (0xDC0 + n): mispred, TSX, cycle count */
 
+/* ---- model-specific LBR stack of the Intel Core microarchitecture (Core 2, 06_17H) ---- */
+#define MSR_CORE_LBR_FROM              0x040 /* MSR_LASTBRANCH_0_FROM_IP (0x40 + n, n < 4) */
+#define MSR_CORE_LBR_TO                0x060 /* MSR_LASTBRANCH_0_TO_IP (0x60 + n, n < 4) */
+
 /* ---- architectural LBR (SDM Vol. 3B "Architectural Last Branch Records") ---- */
 #define IA32_LBR_INFO                  0x1200 /* IA32_LBR_x_INFO (0x1200 + n) */
 #define IA32_LBR_CTL                   0x14CE /* IA32_LBR_CTL: enable, OS/USR, branch-type filters */
