@@ -10,6 +10,7 @@
  * TSC without -icount, not deterministic): no count (VALID = 0, CYC_CNT = 0) for the first record
  * after a depth write, a nonzero count for every other (each branch here ends a block). */
 #include "guest.h"
+#include "work.h"
 
 #define MISPRED (1ull << 63)
 #define BR(t) ((uint64_t)(t) << 56)
@@ -174,16 +175,6 @@ static void pmi_handler(struct trap_frame *f)
     wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, pmi_status & ~LBR_FRZ); /* keep the LBRs frozen */
     lapic_write(LAPIC_LVT_PERF, PMI_VECTOR);
     lapic_eoi();
-}
-
-__attribute__((noinline)) static uint64_t branchy(uint64_t n)
-{
-    uint64_t acc = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        asm volatile("" : "+r"(acc));
-        acc += i & 3 ? i : 1;
-    }
-    return acc;
 }
 
 void test_main(void)

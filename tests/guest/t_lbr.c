@@ -5,6 +5,7 @@
  * LBR_INFO[15:0] CYC_CNT counts the emulated core clock (the host TSC without -icount, not
  * deterministic): exact only for the first record since RESET (0), nonzero for the others. */
 #include "guest.h"
+#include "work.h"
 
 #define MISPRED (1ull << 63)
 #define CYC_CNT 0xFFFFull
@@ -61,16 +62,6 @@ static void pmi_handler(struct trap_frame *f)
     wrmsr(IA32_PERF_GLOBAL_STATUS_RESET, pmi_status & ~LBR_FRZ); /* keep the LBRs frozen */
     lapic_write(LAPIC_LVT_PERF, PMI_VECTOR);
     lapic_eoi();
-}
-
-__attribute__((noinline)) static uint64_t branchy(uint64_t n)
-{
-    uint64_t acc = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        asm volatile("" : "+r"(acc));
-        acc += i & 3 ? i : 1;
-    }
-    return acc;
 }
 
 static struct rec youngest(int k)

@@ -12,6 +12,7 @@
  * frozen until software sets DEBUGCTL.LBR again. Ground truth: the addresses of the branch
  * instructions and their targets, from the labels below. */
 #include "guest.h"
+#include "work.h"
 
 #define DEPTH 4
 #define DEBUGCTL_LBR (1u << 0)
@@ -63,16 +64,6 @@ static void expect(int k, void *from, void *to)
     printf("LBR[-%d] %lx -> %lx\n", k, r.from, r.to);
     ASSERT_EQ(r.from, (uint64_t)from);
     ASSERT_EQ(r.to, (uint64_t)to);
-}
-
-__attribute__((noinline)) static uint64_t branchy(uint64_t n)
-{
-    uint64_t acc = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        asm volatile("" : "+r"(acc));
-        acc += i & 3 ? i : 1;
-    }
-    return acc;
 }
 
 static volatile uint64_t pmis, pmi_debugctl, pmi_tos;
