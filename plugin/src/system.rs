@@ -1285,6 +1285,12 @@ impl Shared {
                 }
                 let Some(mut guard) = self.vcpus[i].try_lock() else { continue };
                 let Some(v) = guard.as_mut() else { continue };
+                // Only Intel PT runs beside the vCPU: counting and LBR recording take their
+                // clock (LBR_INFO cycle counts) as the model runs the blocks, which on this
+                // thread, long after and in a burst, gave records of 0 cycles (t_lbr_batch).
+                if !v.tracer.trace_en() {
+                    continue;
+                }
                 guarded("trace encoder", || {
                     // SAFETY: holding the vCPU's lock.
                     unsafe { ring.take_published(ENCODER_CHUNK, |recs| self.run_recorded_all(v, recs, false)) };
