@@ -37,6 +37,10 @@ floor_empty=""
 # The floor of a record-then-encode design: tests/bench/record_floor.c, an 8-byte append per block
 # to a per-vCPU ring (no consumer, no model): what recording every block costs on the vCPU.
 floor_record=""
+# The floor of recording only unpredicted blocks: tests/bench/predict_floor.c, inline operations per
+# block (the predicted successor, a block count) and a conditional C callback that appends to a
+# ring only when a block is not the one the block before predicted (static BTFNT prediction).
+floor_predict=""
 src=$(ls -d "${PTTRACE_CACHE:-$HOME/.cache/pttrace}"/src/qemu-*/tests/tcg/plugins 2>/dev/null | tail -1)
 if [ -n "$src" ] && [ -f "$src/bb.c" ]; then
   inc=$(dirname "$(dirname "$(dirname "$src")")")/include/qemu
@@ -52,12 +56,16 @@ if [ -n "$src" ] && [ -f "$src/bb.c" ]; then
   if gcc -O2 -shared -fPIC -I"$inc" $(pkg-config --cflags glib-2.0) "$top/tests/bench/record_floor.c" -o "$out/librecfloor.so"; then
     floor_record="$out/librecfloor.so"
   fi
+  # shellcheck disable=SC2046
+  if gcc -O2 -shared -fPIC -I"$inc" $(pkg-config --cflags glib-2.0) "$top/tests/bench/predict_floor.c" -o "$out/libpredfloor.so"; then
+    floor_predict="$out/libpredfloor.so,predict=btfnt"
+  fi
 fi
 
-printf '%-12s %10s %10s %8s %9s %8s %8s %8s %8s %9s %9s %10s %9s %12s %13s %10s\n' workload "plain(us)" "pt(us)" "floor" "rec-floor" "pt" "base" "off" "rtit" "bb-cb" "bb-inl" "Mblocks/s" "PT MB/s" "PT bytes" "bytes/branch" "peak RSS"
+printf '%-12s %10s %10s %8s %9s %10s %8s %8s %8s %8s %9s %9s %10s %9s %12s %13s %10s\n' workload "plain(us)" "pt(us)" "floor" "rec-floor" "pred-floor" "pt" "base" "off" "rtit" "bb-cb" "bb-inl" "Mblocks/s" "PT MB/s" "PT bytes" "bytes/branch" "peak RSS"
 declare -A args=([calls]=30000000 [lz]=16 [sys]=2000000 [threads]="")
 for w in ${BENCH_WORKLOADS:-calls lz sys threads}; do
-  plain=() traced=() fcb=() finl=() offr=() rtitr=() fempty=() frec=() based=()
+  plain=() traced=() fcb=() finl=() offr=() rtitr=() fempty=() frec=() fpred=() based=()
   for _ in $(seq "$runs"); do
     plain+=("$(secs "$qemu_dir/qemu-x86_64" "$bin/$w" ${args[$w]})")
     traced+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$plugin,out=$out/$w" "$bin/$w" ${args[$w]})")
@@ -72,6 +80,9 @@ for w in ${BENCH_WORKLOADS:-calls lz sys threads}; do
     if [ -n "$floor_record" ]; then
       frec+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_record" "$bin/$w" ${args[$w]})")
     fi
+    if [ -n "$floor_predict" ]; then
+      fpred+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_predict" "$bin/$w" ${args[$w]})")
+    fi
     if [ -n "$floor_cb" ]; then
       fcb+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_cb" "$bin/$w" ${args[$w]})")
       finl+=("$(secs "$qemu_dir/qemu-x86_64" -plugin "$floor_inline" "$bin/$w" ${args[$w]})")
@@ -80,7 +91,7 @@ for w in ${BENCH_WORKLOADS:-calls lz sys threads}; do
   p=$(printf '%s\n' "${plain[@]}" | median)
   t=$(printf '%s\n' "${traced[@]}" | median)
   ratio() { awk -v a="$1" -v b="$p" 'BEGIN { if (a > 0) printf "%.2fx", a / b; else print "n/a" }'; }
-  rcb=n/a rinl=n/a rempty=n/a rrec=n/a rbase=n/a
+  rcb=n/a rinl=n/a rempty=n/a rrec=n/a rpred=n/a rbase=n/a
   if [ -n "$baseline" ]; then
     rbase=$(ratio "$(printf '%s\n' "${based[@]}" | median)")
   fi
@@ -89,6 +100,12 @@ for w in ${BENCH_WORKLOADS:-calls lz sys threads}; do
   fi
   if [ -n "$floor_record" ]; then
     rrec=$(ratio "$(printf '%s\n' "${frec[@]}" | median)")
+  fi
+  if [ -n "$floor_predict" ]; then
+    # (plus the share of blocks it recorded, from one more run)
+    share=$("$qemu_dir/qemu-x86_64" -plugin "$floor_predict" "$bin/$w" ${args[$w]} 2>&1 >/dev/null |
+      sed -n 's/^predict-floor: recorded \([0-9]*\) of \([0-9]*\) blocks.*/\1 \2/p' | awk '$2 > 0 { printf "/%d%%", 100 * $1 / $2 }')
+    rpred=$(ratio "$(printf '%s\n' "${fpred[@]}" | median)")$share
   fi
   if [ -n "$floor_cb" ]; then
     rcb=$(ratio "$(printf '%s\n' "${fcb[@]}" | median)")
@@ -105,13 +122,15 @@ for w in ${BENCH_WORKLOADS:-calls lz sys threads}; do
   # Retired branches: the changes of flow in libipt's decoded flow (pttrace decode --summary).
   branches=$("$top/target/release/pttrace" decode "$out/$w" --summary 2>&1 | sed -n "s/.* \([0-9]*\) branches.*/\1/p" | awk '{ s += $1 } END { print s + 0 }')
   per=$(awk -v b="$bytes" -v n="$branches" 'BEGIN { if (n > 0) printf "%.3f", b / n; else print "n/a" }')
-  printf '%-12s %10s %10s %8s %9s %8s %8s %8s %8s %9s %9s %10s %9s %12s %13s %9sK\n' "$w" "$p" "$t" "$rempty" "$rrec" "$(ratio "$t")" "$rbase" \
+  printf '%-12s %10s %10s %8s %9s %10s %8s %8s %8s %8s %9s %9s %10s %9s %12s %13s %9sK\n' "$w" "$p" "$t" "$rempty" "$rrec" "$rpred" "$(ratio "$t")" "$rbase" \
     "$(ratio "$(printf '%s\n' "${offr[@]}" | median)")" "$(ratio "$(printf '%s\n' "${rtitr[@]}" | median)")" \
     "$rcb" "$rinl" "$bps" "$mbps" "$bytes" "$per" "$rss"
 done
 echo "(median of $runs runs each; ratios against no plugin: floor = tests/bench/floor.c, an empty C callback per"
 echo " block (NO_REGS): the cost of any per-block design; rec-floor = tests/bench/record_floor.c, an 8-byte append"
-echo " per block to a per-vCPU ring, no consumer: the vCPU's part of any record-then-encode design; pt = Intel PT tracing (default options), base = the same"
+echo " per block to a per-vCPU ring, no consumer: the vCPU's part of any record-then-encode design; pred-floor ="
+echo " tests/bench/predict_floor.c, the same append only for blocks the block before did not predict (static"
+echo " BTFNT), with inline operations per block, and the share of blocks it recorded; pt = Intel PT tracing (default options), base = the same"
 echo " with the BENCH_BASELINE build of the plugin (n/a without), off = plugin"
 echo " loaded with trace=off, rtit = Atom RTIT tracing; Mblocks/s and PT MB/s: executed blocks and trace bytes"
 echo " per second of the median PT run; hardware PT: ~0.14 bytes/branch)"
@@ -126,7 +145,7 @@ export QEMU=$qemu_dir/qemu-system-x86_64
 gbin=$top/target/guest/bin
 bash "$top/tests/guest/build.sh" "$gbin" >/dev/null
 field() { sed -n "s/.*BENCH .* $1=\\([0-9]*\\).*/\\1/p"; }
-np=() cf=() on=() tp=() offp=() gbytes=0 fl=() frl=() e0=() e1=() r0=() fo=() fc=()
+np=() cf=() on=() tp=() offp=() gbytes=0 fl=() frl=() fpl=() fps="" e0=() e1=() r0=() fo=() fc=()
 cn=() con=() cr0=() cfr=() cin=() cind=()
 pn=() pc=() pc0=()
 for _ in $(seq "$runs"); do
@@ -158,6 +177,11 @@ for _ in $(seq "$runs"); do
   e1+=("$(PTTRACE_ENCODER=2 bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$plugin" 2>/dev/null | tr -d '\r' | field on)")
   [ -n "$floor_record" ] && frl+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$floor_record" 2>/dev/null | tr -d '\r' | field off)")
   [ -n "$floor_empty" ] && fl+=("$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$floor_empty" 2>/dev/null | tr -d '\r' | field off)")
+  if [ -n "$floor_predict" ]; then
+    pfo=$(bash "$top/tests/guest/run.sh" "$gbin/b_pt_loop.elf" -plugin "$floor_predict" 2>&1 | tr -d '\r')
+    fpl+=("$(field off <<<"$pfo")")
+    fps=$(sed -n 's/^predict-floor: recorded \([0-9]*\) of \([0-9]*\) blocks.*/\1 \2/p' <<<"$pfo" | awk '$2 > 0 { printf "%d%% of the blocks recorded", 100 * $1 / $2 }')
+  fi
   np+=("$(field off <<<"$base")")
   offp+=("$(field off <<<"$with")")
   cf+=("$(field configured <<<"$with")")
@@ -181,6 +205,7 @@ echo "  single range, recorded, run on the vCPU: $(m "${e0[@]}") ($(r "$(m "${e0
 echo "  single range, recorded, encoder thread:  $(m "${e1[@]}") ($(r "$(m "${e1[@]}")" "$b")) (PTTRACE_ENCODER=2)"
 [ ${#fl[@]} -gt 0 ] && echo "  floor (empty C callback per block):      $(m "${fl[@]}") ($(r "$(m "${fl[@]}")" "$b"))"
 [ ${#frl[@]} -gt 0 ] && echo "  record floor (C ring append per block):  $(m "${frl[@]}") ($(r "$(m "${frl[@]}")" "$b"))"
+[ ${#fpl[@]} -gt 0 ] && echo "  predict floor (append if not predicted): $(m "${fpl[@]}") ($(r "$(m "${fpl[@]}")" "$b")), $fps (tests/bench/predict_floor.c)"
 echo "  ($(nproc) host CPUs; by default the encoder thread runs the recorded blocks while the vCPU has a CPU to itself)"
 pmb=$(m "${pn[@]}")
 echo "counting PMU (tests/guest/b_pmu_loop.c: FIXED_CTR0 + PMC0 branches, Intel PT off; guest RDTSC cycles, median of $runs):"

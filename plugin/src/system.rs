@@ -678,7 +678,9 @@ impl Shared {
             f(self, v);
             if let Some(front) = front {
                 front.budget = self.record_budget(v, front.ring);
-                if !self.place_model(vcpu, front) {
+                // Only Intel PT runs beside the vCPU (`encoder_loop`): counting and LBR
+                // recording alone take short batches on the vCPU, as there.
+                if !(v.tracer.trace_en() && self.place_model(vcpu, front)) {
                     front.budget = front.budget.min(ON_VCPU_BLOCKS);
                 }
                 if front.budget != 0 && self.lbr_recording(v) {
