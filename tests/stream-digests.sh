@@ -78,18 +78,22 @@ if [ $record = 0 ]; then
   done <"$golden"
 fi
 
-# Each run twice: with the encoder thread (the default) and with every block run through the model
-# on its vCPU (PTTRACE_ENCODER=0, hidden from the guest with -U so its environment stays empty):
-# both must give the recorded bytes.
+# Each run three times: with the encoder thread and prediction (the default), with every block
+# run through the model on its vCPU (PTTRACE_ENCODER=0: "sync") and with a callback at every block
+# (PTTRACE_PREDICT=0: "plain", user mode's recording before issue 13 step 24), each variable hidden
+# from the guest with -U so its environment stays empty: all must give the recorded bytes.
 fail=0 ok=0 skipped=0 lines=()
-for r in "${runs[@]}" "${runs[@]/#/sync:}"; do
-  mode=""
-  [ "${r%%:*}" = sync ] && mode=sync r=${r#sync:}
+for r in "${runs[@]}" "${runs[@]/#/sync:}" "${runs[@]/#/plain:}"; do
+  mode="" var=""
+  case "${r%%:*}" in
+    sync) mode=sync var=PTTRACE_ENCODER r=${r#sync:} ;;
+    plain) mode=plain var=PTTRACE_PREDICT r=${r#plain:} ;;
+  esac
   IFS=: read -r label p opts <<<"$r"
   key="$label/$p"
   cp "$bin/$p" "$tmp/prog"
   rm -rf "$tmp/out"
-  if ! (cd / && env -i ${mode:+PTTRACE_ENCODER=0} "$qemu_dir/qemu-x86_64" ${mode:+-U PTTRACE_ENCODER} \
+  if ! (cd / && env -i ${var:+$var=0} "$qemu_dir/qemu-x86_64" ${var:+-U $var} \
         -plugin "$plugin,out=$tmp/out${opts:+,$opts}" "$tmp/prog" >/dev/null 2>"$tmp/stderr"); then
     echo "FAIL $key [$opts${mode:+, $mode}]: qemu-x86_64 exited non-zero"; cat "$tmp/stderr"; fail=1; continue
   fi
@@ -99,7 +103,7 @@ for r in "${runs[@]}" "${runs[@]/#/sync:}"; do
     [ -z "$mode" ] && lines+=("$key $img $sum")
     continue
   fi
-  key="$key${mode:+ (sync)}"
+  key="$key${mode:+ ($mode)}"
   if [ -z "${want_img[$label/$p]:-}" ]; then
     echo "FAIL $key: no recorded digest (run tests/stream-digests.sh --record with the reference encoder)"; fail=1
   elif [ "${want_img[$label/$p]}" != "$img" ]; then
@@ -115,5 +119,5 @@ if [ $record = 1 ]; then
   echo "recorded ${#lines[@]} stream digests in $golden"
   exit 0
 fi
-echo "stream digests: $ok of $((2 * ${#runs[@]})) runs byte-identical to the recorded streams, $skipped skipped; result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+echo "stream digests: $ok of $((3 * ${#runs[@]})) runs byte-identical to the recorded streams, $skipped skipped; result: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 mod fork;
+mod predict;
 use fork::{is_process_dir, remove_process_dir};
 
 /// One vCPU (= one guest thread in user mode) of the per-vCPU table. Aligned to a power of
@@ -76,6 +77,14 @@ struct Ring {
     /// Entries already run through the model (stored under the `state` lock, Release: after
     /// the entries before it were read).
     tail: Padded,
+    /// With prediction (`predict`): the vCPU's blocks the ring accounts for (recorded, or
+    /// counted by a marker), against the `blocks` count the inline operations keep. The owner
+    /// stores it; threads that finish the run read it.
+    accounted: std::sync::atomic::AtomicU64,
+    /// With prediction: where the vCPU's `blocks` count is (`predict`), set at its start and
+    /// whenever the translations are flushed (QEMU moves its scoreboards only then, with no
+    /// vCPU running: `Shared::on_flush`).
+    blocks_at: AtomicPtr<u64>,
 }
 
 impl Slot {
@@ -89,11 +98,39 @@ impl Slot {
                 every_block: std::sync::atomic::AtomicBool::new(false),
                 published: Padded(AtomicUsize::new(0)),
                 tail: Padded(AtomicUsize::new(0)),
+                accounted: std::sync::atomic::AtomicU64::new(0),
+                blocks_at: AtomicPtr::new(std::ptr::null_mut()),
             },
             in_block: std::sync::atomic::AtomicBool::new(false),
             stopped_at: std::sync::atomic::AtomicU64::new(0),
             placement: Mutex::new(ModelPlacement::new()),
             on_vcpu: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl Slot {
+    /// The vCPU index of this slot of `SLOTS`.
+    fn index(&self) -> VCPUIndex {
+        ((self as *const Slot as usize - SLOTS.as_ptr() as usize) / std::mem::size_of::<Slot>()) as VCPUIndex
+    }
+
+    /// With prediction: the blocks this vCPU ran since its ring last accounted for them (none
+    /// recorded: each was the one the block before predicted), now accounted for by the caller.
+    /// 0 without prediction. Called on the vCPU's own thread, or once it runs no more.
+    fn take_pending(&self) -> u64 {
+        let Some(p) = predict::get() else { return 0 };
+        let n = p.blocks(self.index());
+        // (Never below `accounted`: inside a block's callback, that block is accounted for
+        // before its count is added.)
+        n.saturating_sub(self.ring.accounted.fetch_max(n, Ordering::Relaxed))
+    }
+
+    /// The block whose callback runs now is accounted for (recorded, or run, or dropped).
+    #[inline(always)]
+    fn account_one(&self) {
+        if predict::get().is_some() {
+            self.ring.accounted.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -121,10 +158,10 @@ impl Ring {
     /// On the owner's thread, with `entries` the ring's entries (never freed) and the entry at
     /// `head` consumed: no consumer reads it until `head` is published.
     #[inline(always)]
-    unsafe fn append(&self, entries: *mut AtomicPtr<BlockInfo>, head: usize, info: &'static BlockInfo) {
+    unsafe fn append(&self, entries: *mut AtomicPtr<BlockInfo>, head: usize, info: *const BlockInfo) {
         pttrace_core::block_ring::prefetch_for_write(entries.wrapping_add(head.wrapping_add(PREFETCH) % RING));
         // SAFETY: the function's contract.
-        unsafe { &*entries.add(head % RING) }.store(info as *const BlockInfo as *mut BlockInfo, Ordering::Relaxed);
+        unsafe { &*entries.add(head % RING) }.store(info as *mut BlockInfo, Ordering::Relaxed);
         let next = head.wrapping_add(1);
         self.head.store(next, Ordering::Release);
         if next % PUBLISH == 0 {
@@ -190,6 +227,11 @@ struct BlockInfo {
     /// The block starts at a registered signal handler (set at translation, or when the
     /// handler is registered after the block was translated: see `Shared::syscall`, rt_sigaction).
     at_handler: std::sync::atomic::AtomicBool,
+    /// The address of the block that follows when nothing at run time decides it (0: none;
+    /// `predict::predicted_successor`) ...
+    predicted: u64,
+    /// ... and that block's record once the model looked it up (`Shared::predicted_after`).
+    succ: AtomicPtr<BlockInfo>,
 }
 
 impl pttrace_core::user_flow::ExecutedBlock for &'static BlockInfo {
@@ -264,6 +306,8 @@ struct VcpuTrace {
     /// Flush epoch at the last hand-off (`fatal_signal::FLUSH_INTERVAL`).
     epoch: u32,
     code: CodeTrack,
+    /// With prediction: the blocks a drain runs, its ring's markers expanded (`Shared::expand`).
+    expanded: Vec<&'static BlockInfo>,
 }
 
 struct SignalAction {
@@ -288,6 +332,9 @@ pub struct Shared {
     block_infos: Mutex<Vec<&'static BlockInfo>>,
     /// Translated code already written to code.img: block PC -> its bytes.
     code: crate::output::CodeImage,
+    /// With prediction: block address -> the record of the translation that has it as key
+    /// (`canonical_key`).
+    canonical: Mutex<HashMap<u64, &'static BlockInfo>>,
     /// Pending mmap arguments per vCPU (for maps.txt).
     pending_mmap: Mutex<HashMap<VCPUIndex, (u64, u64, i64, u64)>>,
     /// Every line written to this process's maps.txt: a forked child's maps.txt starts with them.
@@ -353,8 +400,11 @@ impl Shared {
             slot.in_block.store(false, Ordering::Release);
             fatal_signal::park();
         }
+        // With prediction: the blocks that ran unrecorded before this one.
+        let pending = slot.take_pending();
+        slot.account_one();
         if info.at_handler.load(Ordering::Relaxed) {
-            self.handler_block(slot, info);
+            self.handler_block(slot, info, pending);
             return;
         }
         let ring = &slot.ring;
@@ -362,7 +412,15 @@ impl Shared {
         if entries.is_null() {
             return; // not traced
         }
-        let head = ring.head.load(Ordering::Relaxed);
+        let mut head = ring.head.load(Ordering::Relaxed);
+        if pending != 0 {
+            if head >= ring.room_end.load(Ordering::Relaxed) && !self.make_room(slot, head) {
+                return;
+            }
+            // SAFETY: as below.
+            unsafe { ring.append(entries, head, predict::marker(pending)) };
+            head = head.wrapping_add(1);
+        }
         if head >= ring.room_end.load(Ordering::Relaxed) && !self.make_room(slot, head) {
             return;
         }
@@ -389,6 +447,35 @@ impl Shared {
         // SAFETY: the owner's thread; `head` < `room_end`, so the entry at `head` was consumed
         // and `entries` exists.
         unsafe { ring.append(ring.entries.load(Ordering::Relaxed), head, info) };
+        true
+    }
+
+    /// `try_append` with prediction (`predict`): first a marker for the blocks that ran
+    /// unrecorded since the last entry, if any.
+    #[inline(always)]
+    fn try_append_predicted(vcpu: VCPUIndex, info: &'static BlockInfo) -> bool {
+        let Some(slot) = SLOTS.get(vcpu as usize) else { return false };
+        let Some(p) = predict::get() else { return false };
+        let ring = &slot.ring;
+        let mut head = ring.head.load(Ordering::Relaxed);
+        // (Room for two entries.)
+        if head.wrapping_add(1) >= ring.room_end.load(Ordering::Relaxed) || info.at_handler.load(Ordering::Relaxed) {
+            return false;
+        }
+        let entries = ring.entries.load(Ordering::Relaxed);
+        let _ = p;
+        // SAFETY: set before the vCPU's first block to its entry in a live scoreboard, and
+        // again whenever that moves (`on_flush`), on the vCPU's own thread.
+        let n = unsafe { *ring.blocks_at.load(Ordering::Relaxed) };
+        let pending = n.wrapping_sub(ring.accounted.load(Ordering::Relaxed));
+        if pending != 0 {
+            // SAFETY: as in `try_append`; `head` + 1 < `room_end`.
+            unsafe { ring.append(entries, head, predict::marker(pending)) };
+            head = head.wrapping_add(1);
+        }
+        // SAFETY: as in `try_append`.
+        unsafe { ring.append(entries, head, info) };
+        ring.accounted.store(n.wrapping_add(1), Ordering::Relaxed);
         true
     }
 
@@ -433,7 +520,9 @@ impl Shared {
                 slot.placement.lock().waited(start.elapsed().as_nanos() as u64);
                 self.drain(&slot.ring, state.as_mut());
             } else {
-                self.drain_own(slot);
+                // (Only the ring: the block whose callback runs is accounted for already.)
+                let mut state = slot.state.lock();
+                self.drain(&slot.ring, state.as_mut());
             }
             tail = head;
         }
@@ -482,7 +571,7 @@ impl Shared {
                 let pending = ring.published.load(Ordering::Relaxed).wrapping_sub(ring.tail.load(Ordering::Relaxed));
                 if (CHUNK..=RING).contains(&pending) {
                     if let Some(mut state) = slot.state.try_lock() {
-                        self.drain_to(ring, state.as_mut(), ring.published.load(Ordering::Acquire));
+                        self.drain_to(ring, state.as_mut(), ring.published.load(Ordering::Acquire), 0);
                         worked = true;
                     }
                 }
@@ -507,19 +596,20 @@ impl Shared {
     #[inline(never)]
     fn drain_own(&self, slot: &Slot) {
         let mut state = slot.state.lock();
-        self.drain(&slot.ring, state.as_mut());
+        let pending = slot.take_pending();
+        self.drain_to(&slot.ring, state.as_mut(), slot.ring.head.load(Ordering::Acquire), pending);
     }
 
     /// A block at a registered signal handler: everything pending first, then this block with
     /// the signal probe, which reads the guest's stack now.
     #[cold]
     #[inline(never)]
-    fn handler_block(&self, slot: &Slot, info: &'static BlockInfo) {
+    fn handler_block(&self, slot: &Slot, info: &'static BlockInfo, pending: u64) {
         if forked_child() {
             return;
         }
         let mut state = slot.state.lock();
-        self.drain(&slot.ring, state.as_mut());
+        self.drain_to(&slot.ring, state.as_mut(), slot.ring.head.load(Ordering::Acquire), pending);
         let Some(v) = state.as_mut() else { return };
         let rsp = v.rsp.take();
         let mut probe = |pc: u64| self.signal_resume_ip(pc, rsp.as_ref());
@@ -536,15 +626,17 @@ impl Shared {
     /// per call), and mark them consumed. The caller holds the slot's `state` lock; the owner
     /// may be appending meanwhile.
     fn drain(&self, ring: &Ring, v: Option<&mut VcpuTrace>) {
-        self.drain_to(ring, v, ring.head.load(Ordering::Acquire));
+        self.drain_to(ring, v, ring.head.load(Ordering::Acquire), 0);
     }
 
     /// `drain` up to position `head` (the encoder thread: `Ring::published`, read with Acquire;
     /// nothing when the ring was run past it already).
-    fn drain_to(&self, ring: &Ring, v: Option<&mut VcpuTrace>, head: usize) {
+    /// `extra`: blocks that ran after the ring's last entry, each the predicted successor of the
+    /// one before (`predict`; 0 without prediction).
+    fn drain_to(&self, ring: &Ring, v: Option<&mut VcpuTrace>, head: usize, extra: u64) {
         let tail = ring.tail.load(Ordering::Relaxed);
         let entries = ring.entries.load(Ordering::Relaxed);
-        if head == tail || head.wrapping_sub(tail) > RING || entries.is_null() {
+        if (head == tail && extra == 0) || head.wrapping_sub(tail) > RING || entries.is_null() {
             return;
         }
         let (Some(v), false) = (v, forked_child()) else {
@@ -559,9 +651,23 @@ impl Shared {
         // null), and an `AtomicPtr` has the representation of a pointer: the pending entries
         // are read as plain slices of references (issue 13: no null test or atomic access per
         // block in the model's loop).
-        let (first, wrapped): (&[&'static BlockInfo], &[&'static BlockInfo]) = unsafe {
-            let at = |i: usize, len: usize| std::slice::from_raw_parts(entries.add(i) as *const &'static BlockInfo, len);
-            if from + n <= RING { (at(from, n), &[]) } else { (at(from, RING - from), at(0, from + n - RING)) }
+        // With prediction the ring also holds markers (`predict::MARKER`), read as words and
+        // expanded into the blocks they stand for (`expand`).
+        let expanded = predict::get().map(|_| {
+            // SAFETY: as below, read as words.
+            let (a, b): (&[usize], &[usize]) = unsafe {
+                let at = |i: usize, len: usize| std::slice::from_raw_parts(entries.add(i) as *const usize, len);
+                if from + n <= RING { (at(from, n), &[]) } else { (at(from, RING - from), at(0, from + n - RING)) }
+            };
+            self.expand(v, a.iter().chain(b).copied(), extra)
+        });
+        let (first, wrapped): (&[&'static BlockInfo], &[&'static BlockInfo]) = match &expanded {
+            Some(buf) => (buf, &[]),
+            // SAFETY: see above; without prediction every entry is a block's record.
+            None => unsafe {
+                let at = |i: usize, len: usize| std::slice::from_raw_parts(entries.add(i) as *const &'static BlockInfo, len);
+                if from + n <= RING { (at(from, n), &[]) } else { (at(from, RING - from), at(0, from + n - RING)) }
+            },
         };
         let last = wrapped.last().or(first.last()).copied();
         guarded("trace encoder", || {
@@ -625,7 +731,49 @@ impl Shared {
             v.icount = icount;
             self.hand_off(v);
         });
+        if let Some(buf) = expanded {
+            v.expanded = buf;
+        }
         ring.tail.store(head, Ordering::Release);
+    }
+
+    /// The blocks `entries` (and `extra` more at the end) stand for: a record as it is, a
+    /// marker as that many predicted successors of the block before it, starting from the last
+    /// block `v` ran (`CodeTrack::prev`). Into `v`'s reused buffer, taken out of `v`.
+    fn expand(&self, v: &mut VcpuTrace, entries: impl Iterator<Item = usize>, extra: u64) -> Vec<&'static BlockInfo> {
+        let mut buf = std::mem::take(&mut v.expanded);
+        buf.clear();
+        let mut last = v.code.prev;
+        let walk = |buf: &mut Vec<&'static BlockInfo>, last: &mut Option<&'static BlockInfo>, k: u64| {
+            let Some(mut b) = *last else { return Self::lost_predicted() };
+            buf.reserve(k as usize);
+            for _ in 0..k {
+                let cached = b.succ.load(Ordering::Acquire);
+                b = if cached.is_null() {
+                    match self.predicted_after(b) {
+                        Some(next) => next,
+                        None => return Self::lost_predicted(),
+                    }
+                } else {
+                    // SAFETY: only ever a leaked `&'static BlockInfo` (`predicted_after`).
+                    unsafe { &*cached }
+                };
+                buf.push(b);
+                *last = Some(b);
+            }
+        };
+        for e in entries {
+            if e & predict::MARKER != 0 {
+                walk(&mut buf, &mut last, (e >> 1) as u64);
+            } else {
+                // SAFETY: an even entry is a leaked `&'static BlockInfo` (`Ring::append`).
+                let info: &'static BlockInfo = unsafe { &*(e as *const BlockInfo) };
+                buf.push(info);
+                last = Some(info);
+            }
+        }
+        walk(&mut buf, &mut last, extra);
+        buf
     }
 
     /// A block of `thread` is about to run through the model (`icount`: the thread's clock
@@ -846,11 +994,20 @@ impl Shared {
         }
         ring.every_block.store(self.drainer.is_some(), Ordering::Relaxed);
         ring.room_end.store(0, Ordering::Relaxed);
+        if let Some(p) = predict::get() {
+            // A vCPU index a thread that ended had: its counts and prediction are not this
+            // thread's, whose first block calls back.
+            p.forget_expected(vcpu);
+        }
         self.n_slots.fetch_max(vcpu as usize + 1, Ordering::Relaxed);
         slot.stopped_at.store(0, Ordering::Relaxed);
         let old = {
             let mut state = slot.state.lock();
             self.drain(ring, state.as_mut());
+            if let Some(p) = predict::get() {
+                ring.accounted.store(p.blocks(vcpu), Ordering::Relaxed);
+                ring.blocks_at.store(p.blocks_at(vcpu), Ordering::Relaxed);
+            }
             state.replace(v)
         };
         if let Some(old) = old {
@@ -894,6 +1051,7 @@ impl Shared {
             last_truth_ip: u64::MAX,
             epoch: fatal_signal::epoch(),
             code: CodeTrack::new(),
+            expanded: Vec::new(),
         })
     }
 
@@ -912,7 +1070,11 @@ impl Shared {
     /// The slot's trace, with every block recorded so far run through the model.
     fn take_drained(&self, slot: &Slot) -> Option<VcpuTrace> {
         let mut state = slot.state.lock();
-        self.drain(&slot.ring, state.as_mut());
+        // (The blocks it ran unrecorded too: on its own thread as it exits, or once the run
+        // ends; a thread still running at a fatal signal, in a loop its prediction foresees,
+        // ends its trace where the count stands now.)
+        let pending = slot.take_pending();
+        self.drain_to(&slot.ring, state.as_mut(), slot.ring.head.load(Ordering::Acquire), pending);
         state.take()
     }
 
@@ -960,6 +1122,18 @@ impl Shared {
 
     /// A default-fatal signal ends the run (`fatal_signal`): finish like at exit.
     fn on_fatal_signal(&self, sig: i32) {
+        if let Some(p) = predict::get() {
+            // A thread in a loop its prediction foresees calls back at no block: clear what its
+            // blocks expect, so that its next block calls back and parks there (as every
+            // block did without prediction). Again for 2 ms: a block running as it is cleared
+            // stores its own prediction after.
+            for _ in 0..20 {
+                for slot in self.used_slots() {
+                    p.forget_expected(slot.index());
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
         // With truth=1, a vCPU in the middle of a block still logs its instructions: wait until
         // each has parked at its next block or system call (microseconds; bounded at 2 s).
         if self.opts.truth {
@@ -972,6 +1146,17 @@ impl Shared {
             }
         }
         self.finish_run(&format!("signal {sig}"));
+    }
+
+    /// The translations were flushed (QEMU's flush callback: no vCPU runs). QEMU moves its
+    /// scoreboards only with a flush (when a new vCPU outgrows them): each vCPU's `blocks` entry
+    /// is found again.
+    pub(crate) fn on_flush(&self) {
+        if let Some(p) = predict::get() {
+            for slot in self.used_slots() {
+                slot.ring.blocks_at.store(p.blocks_at(slot.index()), Ordering::Relaxed);
+            }
+        }
     }
 
     /// A fatal signal is pending (called inside the signal handler: atomics only): no vCPU
@@ -1098,6 +1283,8 @@ impl Shared {
             version,
             len,
             at_handler: std::sync::atomic::AtomicBool::new(false),
+            predicted: predict::predicted_successor(&last),
+            succ: AtomicPtr::new(std::ptr::null_mut()),
         }));
         {
             let mut infos = self.block_infos.lock();
@@ -1108,14 +1295,20 @@ impl Shared {
         }
         // A plain C function with the block's record as user data: no boxed closure to call
         // through per block. R_REGS: the signal probe reads RSP.
-        // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
-        unsafe {
-            qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cb(
-                crate::tb_ptr(tb),
-                Some(if self.opts.truth { on_block_exec::<true> } else { on_block_exec::<false> }),
-                CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
-                info as *const BlockInfo as *mut std::ffi::c_void,
-            );
+        if let Some(p) = predict::get() {
+            let key = self.canonical_key(info);
+            let cb = if self.opts.truth { on_block_exec::<true> } else { on_block_predicted };
+            p.register(tb, cb, info as *const BlockInfo as *mut std::ffi::c_void, key, info.predicted);
+        } else {
+            // SAFETY: `tb` is the translation being instrumented; `info` outlives it.
+            unsafe {
+                qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cb(
+                    crate::tb_ptr(tb),
+                    Some(if self.opts.truth { on_block_exec::<true> } else { on_block_exec::<false> }),
+                    CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
+                    info as *const BlockInfo as *mut std::ffi::c_void,
+                );
+            }
         }
         if self.opts.truth {
             for (i, insn) in tb.instructions().enumerate() {
@@ -1135,6 +1328,52 @@ impl Shared {
                 });
             }
         }
+    }
+
+    /// The key of `info`'s translation for prediction (`predict`): its address if it is the
+    /// first translation there, or has the same bytes, length and instructions as the first
+    /// (whose record the model then uses for it: `predicted_after`); else a key no block
+    /// predicts, so it is always recorded (code rewritten at run time, issue 19). Blocks at a
+    /// signal handler are always recorded (`handler_block` reads the stack as they start).
+    fn canonical_key(&self, info: &'static BlockInfo) -> u64 {
+        if info.pc == 0 || info.pc >= predict::UNPREDICTABLE || info.at_handler.load(Ordering::Relaxed) {
+            return predict::UNPREDICTABLE;
+        }
+        match self.canonical.lock().entry(info.pc) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(info);
+                info.pc
+            }
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let c = e.get();
+                if c.version == info.version && c.len == info.len && c.n_insns == info.n_insns && c.edges == info.edges {
+                    info.pc
+                } else {
+                    predict::UNPREDICTABLE
+                }
+            }
+        }
+    }
+
+    /// Cannot happen: a block runs without its callback only after the block whose predicted
+    /// successor it is (`predict`), so the model has a record for it.
+    #[cold]
+    fn lost_predicted() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| eprintln!("pttrace: internal error: a predicted block has no record; the trace misses blocks"));
+    }
+
+    /// The block that ran after `prev` without a callback: the translation whose key is
+    /// `prev`'s predicted successor (`canonical_key`), looked up once per block.
+    fn predicted_after(&self, prev: &'static BlockInfo) -> Option<&'static BlockInfo> {
+        let cached = prev.succ.load(Ordering::Acquire);
+        if !cached.is_null() {
+            // SAFETY: only ever a leaked `&'static BlockInfo` (below).
+            return Some(unsafe { &*cached });
+        }
+        let next: &'static BlockInfo = *self.canonical.lock().get(&prev.predicted).filter(|_| prev.predicted != 0)?;
+        prev.succ.store(next as *const BlockInfo as *mut BlockInfo, Ordering::Release);
+        Some(next)
     }
 
     /// Append the block's bytes to code.img unless identical bytes were already written there;
@@ -1305,6 +1544,17 @@ extern "C" fn on_block_exec<const TRUTH: bool>(vcpu: VCPUIndex, info: *mut std::
     on_block_slow::<TRUTH>(vcpu, info);
 }
 
+/// The execute callback with prediction (`predict`): runs only for a block the block before did
+/// not predict.
+extern "C" fn on_block_predicted(vcpu: VCPUIndex, info: *mut std::ffi::c_void) {
+    // SAFETY: registered in `translate` with a leaked `&'static BlockInfo`.
+    let info = unsafe { &*(info as *const BlockInfo) };
+    if Shared::try_append_predicted(vcpu, info) {
+        return;
+    }
+    on_block_slow::<false>(vcpu, info);
+}
+
 /// Everything but the plain append (`Shared::try_append`): kept out of line so that the common
 /// case calls nothing and saves no registers. `extern "C"` (cannot unwind, like the callback):
 /// the callback needs no unwind edge around the call, and reaches it by a tail jump.
@@ -1440,6 +1690,9 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
     out.send(FileKey::Code, pttrace_core::code_img::MAGIC_V2.to_vec());
     let rtit_edges = if opts.trace == TraceKind::Rtit { opts.rtit.edge_addresses() } else { Vec::new() };
     let drainer = crate::start_buffer(opts.buffer);
+    if opts.trace != TraceKind::Off && drainer.is_none() && std::env::var_os("PTTRACE_PREDICT").is_none_or(|v| v != "0") {
+        predict::enable();
+    }
     let shared = Shared {
         rtit_edges,
         opts,
@@ -1451,6 +1704,7 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
         n_handlers: AtomicUsize::new(0),
         block_infos: Mutex::new(Vec::new()),
         code: crate::output::CodeImage::default(),
+        canonical: Mutex::new(HashMap::new()),
         pending_mmap: Mutex::new(HashMap::new()),
         maps_log: Mutex::new(Vec::new()),
         root_dir,
@@ -1496,6 +1750,15 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
                 fail(&format!("cannot start the encoder thread: {e}"));
             }
         }
+    }
+    if predict::get().is_some() {
+        extern "C" fn on_flush(_id: qemu_plugin::sys::qemu_plugin_id_t) {
+            if let Some(sh) = SHARED.get() {
+                guarded("flush", || sh.on_flush());
+            }
+        }
+        // SAFETY: a plain function valid for the plugin's lifetime.
+        unsafe { qemu_plugin::sys::qemu_plugin_register_flush_cb(id, Some(on_flush)) };
     }
     qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {
         if let Some(sh) = SHARED.get() {

@@ -136,6 +136,8 @@ impl Shared {
         for (i, slot) in self.used_slots().iter().enumerate() {
             let mut state = slot.state.lock();
             slot.ring.discard();
+            // (With prediction: the blocks counted so far are the parent's.)
+            slot.take_pending();
             slot.in_block.store(false, Ordering::Relaxed);
             let old = state.take();
             if i == vcpu as usize {

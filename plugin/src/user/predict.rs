@@ -1,0 +1,169 @@
+//! User mode records only the blocks a static predictor did not foresee (issue 13 step 24).
+//!
+//! Each translated block gets, in this order (QEMU emits a translation's execute-time
+//! instrumentation in the order it was registered):
+//! 1. the execute callback, made conditional: it runs only when the vCPU's `expected` entry is
+//!    not this block's key (`Shared::canonical_key`);
+//! 2. an inline store of the address of the block its last instruction leads to when nothing at
+//!    run time decides it, or 0 (`predicted_successor`);
+//! 3. an inline add of 1 to the vCPU's `blocks` entry.
+//!
+//! A block whose key the block before it stored runs without any callback: it is that block's
+//! predicted successor, the one translation that carries its address as key. The vCPU appends,
+//! before each block it records, how many blocks ran unrecorded since its last record (a
+//! marker entry in the ring, `Shared::take_pending`); the model's side walks that many
+//! predicted successors from the last block it ran (`Shared::predicted_after`). The trace is
+//! the same as with a callback per block (`tests/stream-digests.sh` runs both).
+//!
+//! The prediction is the static one of `pttrace_core::bts::prediction` (the BTS "predicted"
+//! flag and BR_MISP_RETIRED): a backward Jcc taken, a forward one not taken. A RET, an indirect
+//! or far transfer, INT n and SYSCALL predict nothing (0): the block after them is always
+//! recorded. `PTTRACE_PREDICT=0` registers the plain callback on every block instead.
+//! Not with `truth=1` (the ground truth logs every block) nor `drain=realtime:` (its credit
+//! meets every block as it runs).
+
+use pttrace_core::bts::prediction::conditional_predicted_taken;
+use pttrace_core::insn_class::{BranchKind, ClassifiedInsn};
+use qemu_plugin::sys::{qemu_plugin_u64, qemu_plugin_op, qemu_plugin_cond};
+use qemu_plugin::{TranslationBlock, VCPUIndex};
+use std::sync::OnceLock;
+
+/// The vCPUs' `expected` and `blocks` entries, on 128 bytes of their own per vCPU (inline
+/// operations store to them at every block; see the system-mode `SCOREBOARD_STRIDE`).
+#[repr(C)]
+#[allow(dead_code)] // (QEMU allocates it; the plugin uses its layout)
+struct PerVcpu {
+    expected: u64,
+    blocks: u64,
+    _pad: [u64; 14],
+}
+
+pub(super) struct Prediction {
+    expected: qemu_plugin_u64,
+    blocks: qemu_plugin_u64,
+}
+
+// SAFETY: the scoreboard is owned by QEMU for the plugin's lifetime and indexed per vCPU.
+unsafe impl Send for Prediction {}
+unsafe impl Sync for Prediction {}
+
+static PREDICTION: OnceLock<Prediction> = OnceLock::new();
+
+/// Marker entries in a vCPU's ring: `count << 1 | 1` (a `BlockInfo` pointer is even).
+pub(super) const MARKER: usize = 1;
+
+/// The marker entry for `count` blocks that ran unrecorded.
+#[inline(always)]
+pub(super) fn marker(count: u64) -> *const super::BlockInfo {
+    (((count as usize) << 1) | MARKER) as *const super::BlockInfo
+}
+
+/// A key no prediction names (user-mode addresses are below 2^47): the block is always
+/// recorded.
+pub(super) const UNPREDICTABLE: u64 = 1 << 63;
+
+/// Turn prediction on (at install, before any translation).
+pub(super) fn enable() {
+    // SAFETY: plain allocation of one zeroed `PerVcpu` per vCPU, kept by QEMU.
+    let score = unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_new(std::mem::size_of::<PerVcpu>()) };
+    let _ = PREDICTION.set(Prediction {
+        expected: qemu_plugin_u64 { score, offset: std::mem::offset_of!(PerVcpu, expected) },
+        blocks: qemu_plugin_u64 { score, offset: std::mem::offset_of!(PerVcpu, blocks) },
+    });
+}
+
+#[inline(always)]
+pub(super) fn get() -> Option<&'static Prediction> {
+    PREDICTION.get()
+}
+
+impl Prediction {
+    /// Blocks `vcpu` has started so far (each adds 1 after its callback).
+    #[inline(always)]
+    pub(super) fn blocks(&self, vcpu: VCPUIndex) -> u64 {
+        qemu_plugin::qemu_plugin_u64_get(self.blocks, vcpu)
+    }
+
+    /// Where `vcpu`'s `blocks` entry is now (until the scoreboard moves: a flush).
+    pub(super) fn blocks_at(&self, vcpu: VCPUIndex) -> *mut u64 {
+        // SAFETY: the scoreboard is live and has an entry per vCPU QEMU initialised.
+        let base = unsafe { qemu_plugin::sys::qemu_plugin_scoreboard_find(self.blocks.score, vcpu) };
+        base.cast::<u8>().wrapping_add(self.blocks.offset).cast::<u64>()
+    }
+
+    /// The next block of `vcpu` calls back whatever it is (a new thread on a reused vCPU
+    /// index; a fatal signal wants every thread to stop at its next block).
+    pub(super) fn forget_expected(&self, vcpu: VCPUIndex) {
+        qemu_plugin::qemu_plugin_u64_set(self.expected, vcpu, 0);
+    }
+
+    /// Instrument `tb`: `cb` with `udata` unless `key` is what the block before predicted,
+    /// then store `predicted` and count the block.
+    pub(super) fn register(
+        &self,
+        tb: &TranslationBlock,
+        cb: extern "C" fn(VCPUIndex, *mut std::ffi::c_void),
+        udata: *mut std::ffi::c_void,
+        key: u64,
+        predicted: u64,
+    ) {
+        let tb = crate::tb_ptr(tb);
+        // SAFETY: `tb` is the translation being instrumented; `cb` is a plain function valid for
+        // the plugin's lifetime and `udata` outlives the translation; the entries belong to a
+        // live scoreboard.
+        unsafe {
+            qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_cond_cb(
+                tb,
+                Some(cb),
+                qemu_plugin::CallbackFlags::QEMU_PLUGIN_CB_R_REGS,
+                qemu_plugin_cond::QEMU_PLUGIN_COND_NE,
+                self.expected,
+                key,
+                udata,
+            );
+            qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, qemu_plugin_op::QEMU_PLUGIN_INLINE_STORE_U64, self.expected, predicted);
+            qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64, self.blocks, 1);
+        }
+    }
+}
+
+/// Where the block ending with `last` goes next when nothing at run time decides it: the next
+/// instruction after one that does not transfer, the target of a direct JMP or CALL, a Jcc's
+/// target if the static predictor takes it (backward) or its next instruction; 0 otherwise.
+pub(super) fn predicted_successor(last: &ClassifiedInsn) -> u64 {
+    let next = last.ip.wrapping_add(u64::from(last.len));
+    match last.kind {
+        BranchKind::None if !last.rep_string => next,
+        BranchKind::Conditional { target } if conditional_predicted_taken(last.ip, target) => target,
+        BranchKind::Conditional { .. } => next,
+        BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => target,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn insn(ip: u64, len: u8, kind: BranchKind) -> ClassifiedInsn {
+        ClassifiedInsn { ip, len, kind, rep_string: false }
+    }
+
+    #[test]
+    fn backward_jcc_predicts_its_target_forward_jcc_its_next_instruction() {
+        assert_eq!(predicted_successor(&insn(0x1010, 2, BranchKind::Conditional { target: 0x1000 })), 0x1000);
+        assert_eq!(predicted_successor(&insn(0x1010, 2, BranchKind::Conditional { target: 0x1040 })), 0x1012);
+    }
+
+    #[test]
+    fn direct_transfers_predict_their_target_others_nothing() {
+        assert_eq!(predicted_successor(&insn(0x1010, 5, BranchKind::DirectCall { target: 0x2000 })), 0x2000);
+        assert_eq!(predicted_successor(&insn(0x1010, 2, BranchKind::DirectJump { target: 0x900 })), 0x900);
+        assert_eq!(predicted_successor(&insn(0x1010, 3, BranchKind::None)), 0x1013);
+        for kind in [BranchKind::Return, BranchKind::IndirectJump, BranchKind::IndirectCall, BranchKind::SoftwareInterrupt, BranchKind::AlwaysFaults] {
+            assert_eq!(predicted_successor(&insn(0x1010, 2, kind)), 0, "{kind:?}");
+        }
+        // A REP string instruction may run again: its block's successor is decided at run time.
+        assert_eq!(predicted_successor(&ClassifiedInsn { ip: 0x1010, len: 2, kind: BranchKind::None, rep_string: true }), 0);
+    }
+}
