@@ -18,6 +18,7 @@ pub mod insn_class;
 pub mod pt;
 pub mod rtit;
 pub mod user_flow;
+pub mod successor_prediction;
 pub mod options;
 pub mod system_flow;
 /// The per-CPU facade of full-system mode and its guest port (issue 13).

@@ -230,9 +230,16 @@ struct BlockInfo {
     /// The address of the block that follows when nothing at run time decides it (0: none;
     /// `predict::predicted_successor`) ...
     predicted: u64,
-    /// ... and that block's record once the model looked it up (`Shared::predicted_after`).
+    /// ... and that block's record once the model looked it up (`Shared::predicted_after`) ...
     succ: AtomicPtr<BlockInfo>,
+    /// ... and up to PREDICTED_CHAIN blocks of the predicted sequence from here, once a walk
+    /// started here (`Shared::chain`): a walk copies them instead of chasing `succ` block by
+    /// block (each step a load that depends on the one before).
+    chain: OnceLock<Box<[&'static BlockInfo]>>,
 }
+
+/// Blocks of a predicted sequence kept per block a walk starts from (8 bytes each).
+const PREDICTED_CHAIN: usize = 32;
 
 impl pttrace_core::user_flow::ExecutedBlock for &'static BlockInfo {
     #[inline(always)]
@@ -744,22 +751,15 @@ impl Shared {
         let mut buf = std::mem::take(&mut v.expanded);
         buf.clear();
         let mut last = v.code.prev;
-        let walk = |buf: &mut Vec<&'static BlockInfo>, last: &mut Option<&'static BlockInfo>, k: u64| {
+        let walk = |buf: &mut Vec<&'static BlockInfo>, last: &mut Option<&'static BlockInfo>, mut k: u64| {
             let Some(mut b) = *last else { return Self::lost_predicted() };
-            buf.reserve(k as usize);
-            for _ in 0..k {
-                let cached = b.succ.load(Ordering::Acquire);
-                b = if cached.is_null() {
-                    match self.predicted_after(b) {
-                        Some(next) => next,
-                        None => return Self::lost_predicted(),
-                    }
-                } else {
-                    // SAFETY: only ever a leaked `&'static BlockInfo` (`predicted_after`).
-                    unsafe { &*cached }
-                };
-                buf.push(b);
+            while k > 0 {
+                let chain = self.chain(b);
+                let Some(n) = (k as usize).min(chain.len()).checked_sub(1) else { return Self::lost_predicted() };
+                buf.extend_from_slice(&chain[..=n]);
+                b = chain[n];
                 *last = Some(b);
+                k -= n as u64 + 1;
             }
         };
         for e in entries {
@@ -1283,8 +1283,9 @@ impl Shared {
             version,
             len,
             at_handler: std::sync::atomic::AtomicBool::new(false),
-            predicted: predict::predicted_successor(&last),
+            predicted: pttrace_core::successor_prediction::predicted_successor(&last),
             succ: AtomicPtr::new(std::ptr::null_mut()),
+            chain: OnceLock::new(),
         }));
         {
             let mut infos = self.block_infos.lock();
@@ -1361,6 +1362,21 @@ impl Shared {
     fn lost_predicted() {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| eprintln!("pttrace: internal error: a predicted block has no record; the trace misses blocks"));
+    }
+
+    /// The predicted sequence from `b` (`BlockInfo::chain`): its blocks as far as they were
+    /// translated when first asked, up to PREDICTED_CHAIN (empty: none is known).
+    fn chain(&self, b: &'static BlockInfo) -> &'static [&'static BlockInfo] {
+        b.chain.get_or_init(|| {
+            let mut chain = Vec::with_capacity(PREDICTED_CHAIN);
+            let mut at = b;
+            while chain.len() < PREDICTED_CHAIN {
+                let Some(next) = self.predicted_after(at) else { break };
+                chain.push(next);
+                at = next;
+            }
+            chain.into_boxed_slice()
+        })
     }
 
     /// The block that ran after `prev` without a callback: the translation whose key is

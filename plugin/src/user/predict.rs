@@ -15,15 +15,13 @@
 //! predicted successors from the last block it ran (`Shared::predicted_after`). The trace is
 //! the same as with a callback per block (`tests/stream-digests.sh` runs both).
 //!
-//! The prediction is the static one of `pttrace_core::bts::prediction` (the BTS "predicted"
-//! flag and BR_MISP_RETIRED): a backward Jcc taken, a forward one not taken. A RET, an indirect
-//! or far transfer, INT n and SYSCALL predict nothing (0): the block after them is always
-//! recorded. `PTTRACE_PREDICT=0` registers the plain callback on every block instead.
+//! The prediction is `pttrace_core::successor_prediction`: the static one of the BTS
+//! "predicted" flag and BR_MISP_RETIRED (a backward Jcc taken, a forward one not taken). A RET,
+//! an indirect or far transfer, INT n and SYSCALL predict nothing (0): the block after them is
+//! always recorded. `PTTRACE_PREDICT=0` registers the plain callback on every block instead.
 //! Not with `truth=1` (the ground truth logs every block) nor `drain=realtime:` (its credit
 //! meets every block as it runs).
 
-use pttrace_core::bts::prediction::conditional_predicted_taken;
-use pttrace_core::insn_class::{BranchKind, ClassifiedInsn};
 use qemu_plugin::sys::{qemu_plugin_u64, qemu_plugin_op, qemu_plugin_cond};
 use qemu_plugin::{TranslationBlock, VCPUIndex};
 use std::sync::OnceLock;
@@ -124,46 +122,5 @@ impl Prediction {
             qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, qemu_plugin_op::QEMU_PLUGIN_INLINE_STORE_U64, self.expected, predicted);
             qemu_plugin::sys::qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64, self.blocks, 1);
         }
-    }
-}
-
-/// Where the block ending with `last` goes next when nothing at run time decides it: the next
-/// instruction after one that does not transfer, the target of a direct JMP or CALL, a Jcc's
-/// target if the static predictor takes it (backward) or its next instruction; 0 otherwise.
-pub(super) fn predicted_successor(last: &ClassifiedInsn) -> u64 {
-    let next = last.ip.wrapping_add(u64::from(last.len));
-    match last.kind {
-        BranchKind::None if !last.rep_string => next,
-        BranchKind::Conditional { target } if conditional_predicted_taken(last.ip, target) => target,
-        BranchKind::Conditional { .. } => next,
-        BranchKind::DirectJump { target } | BranchKind::DirectCall { target } => target,
-        _ => 0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn insn(ip: u64, len: u8, kind: BranchKind) -> ClassifiedInsn {
-        ClassifiedInsn { ip, len, kind, rep_string: false }
-    }
-
-    #[test]
-    fn backward_jcc_predicts_its_target_forward_jcc_its_next_instruction() {
-        assert_eq!(predicted_successor(&insn(0x1010, 2, BranchKind::Conditional { target: 0x1000 })), 0x1000);
-        assert_eq!(predicted_successor(&insn(0x1010, 2, BranchKind::Conditional { target: 0x1040 })), 0x1012);
-    }
-
-    #[test]
-    fn direct_transfers_predict_their_target_others_nothing() {
-        assert_eq!(predicted_successor(&insn(0x1010, 5, BranchKind::DirectCall { target: 0x2000 })), 0x2000);
-        assert_eq!(predicted_successor(&insn(0x1010, 2, BranchKind::DirectJump { target: 0x900 })), 0x900);
-        assert_eq!(predicted_successor(&insn(0x1010, 3, BranchKind::None)), 0x1013);
-        for kind in [BranchKind::Return, BranchKind::IndirectJump, BranchKind::IndirectCall, BranchKind::SoftwareInterrupt, BranchKind::AlwaysFaults] {
-            assert_eq!(predicted_successor(&insn(0x1010, 2, kind)), 0, "{kind:?}");
-        }
-        // A REP string instruction may run again: its block's successor is decided at run time.
-        assert_eq!(predicted_successor(&ClassifiedInsn { ip: 0x1010, len: 2, kind: BranchKind::None, rep_string: true }), 0);
     }
 }
