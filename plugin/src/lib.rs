@@ -149,6 +149,15 @@ fn register_common_callbacks(id: PluginId) -> qemu_plugin::Result<()> {
 
 /// Full-system mode, after `qemu_plugin_reset` removed every callback
 /// (`instrumentation::on_reset`): the same callbacks as at install.
+/// The callbacks `register_default` registers in user mode, again after a translation flush
+/// (`user::on_predict_reset`).
+pub(crate) fn register_user_callbacks(id: PluginId) -> qemu_plugin::Result<()> {
+    register_common_callbacks(id)?;
+    qemu_plugin::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
+    qemu_plugin::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_return));
+    Ok(())
+}
+
 pub(crate) fn register_system_callbacks(id: PluginId) {
     if let Err(e) = register_common_callbacks(id) {
         fail(&format!("cannot register callbacks again after a translation flush: {e}"));

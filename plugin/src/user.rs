@@ -496,6 +496,9 @@ impl Shared {
     #[cold]
     #[inline(never)]
     fn make_room(&self, slot: &Slot, head: usize) -> bool {
+        if predict::switch_due() {
+            self.start_predicting();
+        }
         let ring = &slot.ring;
         let full = |tail: usize| head.wrapping_sub(tail) >= RING;
         let mut tail = ring.tail.load(Ordering::Acquire);
@@ -1148,6 +1151,30 @@ impl Shared {
         self.finish_run(&format!("signal {sig}"));
     }
 
+    /// The run has lasted long enough for prediction to pay (`predict::switch_due`): ask QEMU to
+    /// stop every vCPU at its next block boundary, flush the translations and remove the
+    /// callbacks (`on_predict_reset` registers them again). On a vCPU's thread, in a callback.
+    fn start_predicting(&self) {
+        // SAFETY: on a vCPU thread inside a callback (QEMU queues the flush as safe work on it);
+        // `on_predict_reset` is a plain function valid for the plugin's lifetime.
+        unsafe { qemu_plugin::sys::qemu_plugin_reset(PLUGIN_ID.load(Ordering::Relaxed), Some(on_predict_reset)) };
+    }
+
+    /// Prediction starts (no vCPU runs): each vCPU's counts start where they stand, and its next
+    /// block calls back.
+    fn predict_started(&self) {
+        let Some(p) = predict::get() else { return };
+        if std::env::var_os("PTTRACE_STATS").is_some() {
+            eprintln!("pttrace: translations flushed; prediction from here on");
+        }
+        for slot in self.used_slots() {
+            let vcpu = slot.index();
+            slot.ring.blocks_at.store(p.blocks_at(vcpu), Ordering::Relaxed);
+            slot.ring.accounted.store(p.blocks(vcpu), Ordering::Relaxed);
+            p.forget_expected(vcpu);
+        }
+    }
+
     /// The translations were flushed (QEMU's flush callback: no vCPU runs). QEMU moves its
     /// scoreboards only with a flush (when a new vCPU outgrows them): each vCPU's `blocks` entry
     /// is found again.
@@ -1706,9 +1733,11 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
     out.send(FileKey::Code, pttrace_core::code_img::MAGIC_V2.to_vec());
     let rtit_edges = if opts.trace == TraceKind::Rtit { opts.rtit.edge_addresses() } else { Vec::new() };
     let drainer = crate::start_buffer(opts.buffer);
-    if opts.trace != TraceKind::Off && drainer.is_none() && std::env::var_os("PTTRACE_PREDICT").is_none_or(|v| v != "0") {
-        predict::enable();
+    let predict_env = std::env::var("PTTRACE_PREDICT").unwrap_or_default();
+    if opts.trace != TraceKind::Off && drainer.is_none() && predict_env != "0" {
+        predict::enable(predict_env == "2");
     }
+    PLUGIN_ID.store(id, Ordering::Relaxed);
     let shared = Shared {
         rtit_edges,
         opts,
@@ -1767,19 +1796,39 @@ pub fn install(id: PluginId, args: &Args) -> qemu_plugin::Result<()> {
             }
         }
     }
-    if predict::get().is_some() {
-        extern "C" fn on_flush(_id: qemu_plugin::sys::qemu_plugin_id_t) {
-            if let Some(sh) = SHARED.get() {
-                guarded("flush", || sh.on_flush());
-            }
+    register_callbacks(id)
+}
+
+/// The plugin's id (for `qemu_plugin_reset`).
+static PLUGIN_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The user-mode callbacks registered in `install` besides the common ones (lib.rs), again after
+/// the switch to prediction (`on_predict_reset`).
+fn register_callbacks(id: PluginId) -> qemu_plugin::Result<()> {
+    extern "C" fn on_flush(_id: qemu_plugin::sys::qemu_plugin_id_t) {
+        if let Some(sh) = SHARED.get() {
+            guarded("flush", || sh.on_flush());
         }
-        // SAFETY: a plain function valid for the plugin's lifetime.
-        unsafe { qemu_plugin::sys::qemu_plugin_register_flush_cb(id, Some(on_flush)) };
     }
+    // SAFETY: a plain function valid for the plugin's lifetime.
+    unsafe { qemu_plugin::sys::qemu_plugin_register_flush_cb(id, Some(on_flush)) };
     qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| {
         if let Some(sh) = SHARED.get() {
             guarded("exit", || sh.at_exit());
         }
     })?;
     Ok(())
+}
+
+/// QEMU flushed the translations and removed every callback for the switch to prediction
+/// (`Shared::start_predicting`; no vCPU runs): blocks are instrumented for it from now on, and
+/// the callbacks are registered again.
+extern "C" fn on_predict_reset(id: qemu_plugin::sys::qemu_plugin_id_t) {
+    predict::activate();
+    if let Some(sh) = SHARED.get() {
+        guarded("prediction", || sh.predict_started());
+    }
+    if let Err(e) = crate::register_user_callbacks(id).and_then(|()| register_callbacks(id)) {
+        fail(&format!("cannot register callbacks again after a translation flush: {e}"));
+    }
 }
