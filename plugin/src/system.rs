@@ -678,9 +678,9 @@ impl Shared {
             f(self, v);
             if let Some(front) = front {
                 front.budget = self.record_budget(v, front.ring);
-                // Only Intel PT runs beside the vCPU (`encoder_loop`): counting and LBR
-                // recording alone take short batches on the vCPU, as there.
-                if !(v.tracer.trace_en() && self.place_model(vcpu, front)) {
+                // LBR recording without Intel PT never runs beside the vCPU (`encoder_loop`):
+                // it takes short batches on the vCPU, as there.
+                if (!v.tracer.trace_en() && self.lbr_recording(v)) || !self.place_model(vcpu, front) {
                     front.budget = front.budget.min(ON_VCPU_BLOCKS);
                 }
                 if front.budget != 0 && self.lbr_recording(v) {
@@ -1287,10 +1287,11 @@ impl Shared {
                 }
                 let Some(mut guard) = self.vcpus[i].try_lock() else { continue };
                 let Some(v) = guard.as_mut() else { continue };
-                // Only Intel PT runs beside the vCPU: counting and LBR recording take their
-                // clock (LBR_INFO cycle counts) as the model runs the blocks, which on this
-                // thread, long after and in a burst, gave records of 0 cycles (t_lbr_batch).
-                if !v.tracer.trace_en() {
+                // LBR recording without Intel PT stays on the vCPU: it takes its clock (LBR_INFO
+                // cycle counts) as the model runs the blocks, which on this thread, long after
+                // and in a burst, gave records of 0 cycles (t_lbr_batch). Counting adds each
+                // block's retirement events, whenever it runs (`run_recorded_counting`).
+                if !v.tracer.trace_en() && self.lbr_recording(v) {
                     continue;
                 }
                 guarded("trace encoder", || {
