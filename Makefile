@@ -37,6 +37,9 @@ test-corpus: all qemu
 	@bash tests/perf-data.sh
 	@bash tests/code-versions.sh
 	@bash tests/fork.sh
+	@echo "code-versions.sh and fork.sh again, user mode recording only mispredicted blocks from the start (PTTRACE_PREDICT=2)"
+	@PTTRACE_PREDICT=2 bash tests/code-versions.sh
+	@PTTRACE_PREDICT=2 bash tests/fork.sh
 
 test: test-unit test-corpus test-linux
 
