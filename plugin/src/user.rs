@@ -228,7 +228,7 @@ struct BlockInfo {
     /// handler is registered after the block was translated: see `Shared::syscall`, rt_sigaction).
     at_handler: std::sync::atomic::AtomicBool,
     /// The address of the block that follows when nothing at run time decides it (0: none;
-    /// `predict::predicted_successor`) ...
+    /// `pttrace_core::successor_prediction`) ...
     predicted: u64,
     /// ... and that block's record once the model looked it up (`Shared::predicted_after`) ...
     succ: AtomicPtr<BlockInfo>,
@@ -462,7 +462,6 @@ impl Shared {
     #[inline(always)]
     fn try_append_predicted(vcpu: VCPUIndex, info: &'static BlockInfo) -> bool {
         let Some(slot) = SLOTS.get(vcpu as usize) else { return false };
-        let Some(p) = predict::get() else { return false };
         let ring = &slot.ring;
         let mut head = ring.head.load(Ordering::Relaxed);
         // (Room for two entries.)
@@ -470,9 +469,10 @@ impl Shared {
             return false;
         }
         let entries = ring.entries.load(Ordering::Relaxed);
-        let _ = p;
-        // SAFETY: set before the vCPU's first block to its entry in a live scoreboard, and
-        // again whenever that moves (`on_flush`), on the vCPU's own thread.
+        // SAFETY: set to the vCPU's entry in a live scoreboard before `room_end` first exceeds
+        // `head` (`predict_started`, `vcpu_init`, then `make_room`), and again whenever the
+        // scoreboard moves (`on_flush`); only this callback, registered once prediction is on,
+        // reads it here.
         let n = unsafe { *ring.blocks_at.load(Ordering::Relaxed) };
         let pending = n.wrapping_sub(ring.accounted.load(Ordering::Relaxed));
         if pending != 0 {

@@ -5,22 +5,26 @@
 //! 1. the execute callback, made conditional: it runs only when the vCPU's `expected` entry is
 //!    not this block's key (`Shared::canonical_key`);
 //! 2. an inline store of the address of the block its last instruction leads to when nothing at
-//!    run time decides it, or 0 (`predicted_successor`);
+//!    run time decides it, or 0 (`pttrace_core::successor_prediction`);
 //! 3. an inline add of 1 to the vCPU's `blocks` entry.
 //!
 //! A block whose key the block before it stored runs without any callback: it is that block's
 //! predicted successor, the one translation that carries its address as key. The vCPU appends,
 //! before each block it records, how many blocks ran unrecorded since its last record (a
-//! marker entry in the ring, `Shared::take_pending`); the model's side walks that many
-//! predicted successors from the last block it ran (`Shared::predicted_after`). The trace is
-//! the same as with a callback per block (`tests/stream-digests.sh` runs both).
+//! marker entry in the ring, `Slot::take_pending`); the model's side walks that many
+//! predicted successors from the last block it ran (`Shared::expand`). The trace is the same
+//! as with a callback per block (`tests/stream-digests.sh` runs both, and a switch between
+//! them).
 //!
 //! The prediction is `pttrace_core::successor_prediction`: the static one of the BTS
 //! "predicted" flag and BR_MISP_RETIRED (a backward Jcc taken, a forward one not taken). A RET,
 //! an indirect or far transfer, INT n and SYSCALL predict nothing (0): the block after them is
-//! always recorded. `PTTRACE_PREDICT=0` registers the plain callback on every block instead.
-//! Not with `truth=1` (the ground truth logs every block) nor `drain=realtime:` (its credit
-//! meets every block as it runs).
+//! always recorded.
+//!
+//! A run starts with a callback at every block and switches after `SWITCH_AFTER`
+//! (`switch_due`, `Shared::start_predicting`). `PTTRACE_PREDICT=2`: from the start; `=0`: never.
+//! Not with `drain=realtime:` (its drain credit must meet every block as it runs). With
+//! `truth=1` the ground truth still logs every instruction from its own callbacks.
 
 use qemu_plugin::sys::{qemu_plugin_u64, qemu_plugin_op, qemu_plugin_cond};
 use qemu_plugin::{TranslationBlock, VCPUIndex};
