@@ -113,8 +113,7 @@ impl Register for PtTrace {
             qemu_plugin::qemu_plugin_register_vcpu_tb_trans_cb(id, Some(on_translation_block_translate))?;
         }
         if user::SHARED.get().is_some_and(|sh| sh.traces()) {
-            qemu_plugin::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
-            qemu_plugin::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_return));
+            register_syscall_callbacks(id);
         }
         Ok(())
     }
@@ -153,9 +152,13 @@ fn register_common_callbacks(id: PluginId) -> qemu_plugin::Result<()> {
 /// (`user::on_predict_reset`).
 pub(crate) fn register_user_callbacks(id: PluginId) -> qemu_plugin::Result<()> {
     register_common_callbacks(id)?;
+    register_syscall_callbacks(id);
+    Ok(())
+}
+
+fn register_syscall_callbacks(id: PluginId) {
     qemu_plugin::qemu_plugin_register_vcpu_syscall_cb(id, Some(on_syscall));
     qemu_plugin::qemu_plugin_register_vcpu_syscall_ret_cb(id, Some(on_syscall_return));
-    Ok(())
 }
 
 pub(crate) fn register_system_callbacks(id: PluginId) {

@@ -678,9 +678,9 @@ impl Shared {
             f(self, v);
             if let Some(front) = front {
                 front.budget = self.record_budget(v, front.ring);
-                // LBR recording without Intel PT never runs beside the vCPU (`encoder_loop`):
-                // it takes short batches on the vCPU, as there.
-                if (!v.tracer.trace_en() && self.lbr_recording(v)) || !self.place_model(vcpu, front) {
+                // Blocks that may not run beside the vCPU (`may_run_beside`) take short batches
+                // on the vCPU, as there.
+                if !self.may_run_beside(v) || !self.place_model(vcpu, front) {
                     front.budget = front.budget.min(ON_VCPU_BLOCKS);
                 }
                 if front.budget != 0 && self.lbr_recording(v) {
@@ -698,6 +698,15 @@ impl Shared {
                 front.refill();
             }
         }
+    }
+
+    /// Whether the encoder thread may run `v`'s recorded blocks. Not while the LBRs record:
+    /// their LBR_INFO cycle counts take the clock as the model runs each block, which on the
+    /// encoder thread, long after and in a burst, gave records of 0 cycles (t_lbr_batch). (With
+    /// Intel PT on, LBR recording records no block at all: `record_room`.) Counting adds each
+    /// block's retirement events whenever it runs (`run_recorded_counting`).
+    fn may_run_beside(&self, v: &Vcpu) -> bool {
+        !self.lbr_recording(v)
     }
 
     /// A checkpoint of the vCPU's model placement (on its own thread, whenever it takes its
@@ -1287,11 +1296,7 @@ impl Shared {
                 }
                 let Some(mut guard) = self.vcpus[i].try_lock() else { continue };
                 let Some(v) = guard.as_mut() else { continue };
-                // LBR recording without Intel PT stays on the vCPU: it takes its clock (LBR_INFO
-                // cycle counts) as the model runs the blocks, which on this thread, long after
-                // and in a burst, gave records of 0 cycles (t_lbr_batch). Counting adds each
-                // block's retirement events, whenever it runs (`run_recorded_counting`).
-                if !v.tracer.trace_en() && self.lbr_recording(v) {
+                if !self.may_run_beside(v) {
                     continue;
                 }
                 guarded("trace encoder", || {

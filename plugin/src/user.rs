@@ -1167,9 +1167,9 @@ impl Shared {
         if std::env::var_os("PTTRACE_STATS").is_some() {
             eprintln!("pttrace: translations flushed; prediction from here on");
         }
+        self.on_flush();
         for slot in self.used_slots() {
             let vcpu = slot.index();
-            slot.ring.blocks_at.store(p.blocks_at(vcpu), Ordering::Relaxed);
             slot.ring.accounted.store(p.blocks(vcpu), Ordering::Relaxed);
             p.forget_expected(vcpu);
         }
